@@ -1,0 +1,104 @@
+"""twopc: exactly-once, two-phase-commit sinks for PySpark Structured Streaming.
+
+One line in a query::
+
+    sink = twopc.create_sink("files", path="/data/orders", format="parquet")
+    df.writeStream.foreachBatch(twopc.foreach_batch(sink, sink_id="orders")).start()
+
+The sink contract for backend authors is in :mod:`twopc.protocol`; plugins register through
+the ``twopc`` entry-point group (:mod:`twopc.plugins`); fault injection is in
+:mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`.
+"""
+
+from twopc._commit_log import CommitLog, Decision
+from twopc._coordinator import Coordinator, Phase1Task, RetryPolicy, TaskReport
+from twopc._metrics import BatchMetrics, TaskMetrics
+from twopc._spark import SparkBatchWriter, foreach_batch
+from twopc._version import __version__
+from twopc._writer import BatchWriter
+from twopc.errors import (
+    BackendNotFoundError,
+    BackendNotInstalledError,
+    BackendUnavailableError,
+    BatchFailedError,
+    CheckpointMismatchError,
+    CommitError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    InjectedFault,
+    PermanentSinkError,
+    PluginError,
+    SinkError,
+    TransientSinkError,
+    TwoPCError,
+)
+from twopc.faults import CrashPoint, Fault, FaultAction, FaultPlan
+from twopc.plugins import (
+    BackendInfo,
+    PluginRegistry,
+    SinkSpec,
+    create_sink,
+    hookimpl,
+    list_backends,
+)
+from twopc.protocol import (
+    Capabilities,
+    CommitOutcome,
+    Committable,
+    RecoveryScope,
+    Sink,
+    TaskContext,
+)
+
+__all__ = [
+    "BackendInfo",
+    "BackendNotFoundError",
+    "BackendNotInstalledError",
+    "BackendUnavailableError",
+    "BatchFailedError",
+    "BatchMetrics",
+    "BatchWriter",
+    "Capabilities",
+    "CheckpointMismatchError",
+    "CommitError",
+    "CommitLog",
+    "CommitOutcome",
+    "CommitStateUnknownError",
+    "Committable",
+    "ConfigurationError",
+    "Coordinator",
+    "CrashPoint",
+    "Decision",
+    "Fault",
+    "FaultAction",
+    "FaultPlan",
+    "InjectedFault",
+    "PermanentSinkError",
+    "Phase1Task",
+    "PluginError",
+    "PluginRegistry",
+    "RecoveryScope",
+    "RetryPolicy",
+    "Sink",
+    "SinkError",
+    "SinkSpec",
+    "SparkBatchWriter",
+    "TaskContext",
+    "TaskMetrics",
+    "TaskReport",
+    "TransientSinkError",
+    "TwoPCError",
+    "__version__",
+    "create_sink",
+    "foreach_batch",
+    "hookimpl",
+    "list_backends",
+]
+
+# Show public names as twopc.X in reprs and docs, as httpx does.
+for _name in __all__:
+    if not _name.startswith("_"):
+        _obj = globals()[_name]
+        if getattr(_obj, "__module__", "").startswith("twopc._"):
+            _obj.__module__ = "twopc"
+del _name, _obj

@@ -1,0 +1,164 @@
+"""The coordinator's durable decision log, on any fsspec filesystem.
+
+Layout under the log's root (one directory per streaming query id, so a new checkpoint
+never collides with an old one)::
+
+    <root>/<query_id>/<batch:020d>.decision.json   the decision: every committable of the batch
+    <root>/<query_id>/<batch:020d>.done            phase 2 finished
+
+A decision is written atomically before the first commit; ``done`` after the last. A
+decision without ``done`` is work that recovery must finish.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twopc.protocol import Committable
+from twopc.storage import atomic_write, filesystem_for, join
+
+__all__ = ["CommitLog", "Decision"]
+
+_DECISION_SUFFIX = ".decision.json"
+_DONE_SUFFIX = ".done"
+_LOG_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The coordinator's durable decision to commit one batch."""
+
+    sink_id: str
+    query_id: str
+    batch_id: int
+    committables: tuple[Committable, ...]
+    decided_at: float = 0.0
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "format": _LOG_FORMAT,
+            "sink_id": self.sink_id,
+            "query_id": self.query_id,
+            "batch_id": self.batch_id,
+            "decided_at": self.decided_at,
+            "committables": [c.to_json() for c in self.committables],
+        }
+        return json.dumps(body, sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Decision:
+        body = json.loads(raw)
+        if body.get("format") != _LOG_FORMAT:
+            raise ValueError(f"unsupported commit log format {body.get('format')!r}")
+        return cls(
+            sink_id=str(body["sink_id"]),
+            query_id=str(body["query_id"]),
+            batch_id=int(body["batch_id"]),
+            committables=tuple(Committable.from_json(c) for c in body["committables"]),
+            decided_at=float(body.get("decided_at", 0.0)),
+        )
+
+    def contains(self, committable: Committable) -> bool:
+        """Whether exactly this attempt's committable is part of the decision."""
+        return any(
+            c.partition == committable.partition and c.attempt == committable.attempt
+            for c in self.committables
+        )
+
+
+class CommitLog:
+    """Decisions and completions for one sink id, stored under ``url``."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self._fs, self._root = filesystem_for(url, storage_options)
+
+    def __repr__(self) -> str:
+        return f"CommitLog({self.url!r})"
+
+    def _path(self, query_id: str, batch_id: int, suffix: str) -> str:
+        return join(self._root, query_id, f"{batch_id:020d}{suffix}")
+
+    def record_decision(self, decision: Decision) -> None:
+        """Durably record the decision to commit; must precede the first commit."""
+        if not decision.decided_at:
+            decision = Decision(
+                decision.sink_id,
+                decision.query_id,
+                decision.batch_id,
+                decision.committables,
+                time.time(),
+            )
+        self._fs.makedirs(join(self._root, decision.query_id), exist_ok=True)
+        atomic_write(
+            self._fs,
+            self._path(decision.query_id, decision.batch_id, _DECISION_SUFFIX),
+            decision.to_bytes(),
+        )
+
+    def mark_done(self, query_id: str, batch_id: int) -> None:
+        atomic_write(self._fs, self._path(query_id, batch_id, _DONE_SUFFIX), b"")
+
+    def decision(self, query_id: str, batch_id: int) -> Decision | None:
+        path = self._path(query_id, batch_id, _DECISION_SUFFIX)
+        try:
+            raw = self._fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        return Decision.from_bytes(raw)
+
+    def is_done(self, query_id: str, batch_id: int) -> bool:
+        return bool(self._fs.exists(self._path(query_id, batch_id, _DONE_SUFFIX)))
+
+    def query_ids(self) -> list[str]:
+        if not self._fs.exists(self._root):
+            return []
+        return sorted(
+            _basename(entry["name"])
+            for entry in self._fs.ls(self._root, detail=True)
+            if entry["type"] == "directory" and not _basename(entry["name"]).startswith(".")
+        )
+
+    def _batch_files(self, query_id: str) -> list[str]:
+        directory = join(self._root, query_id)
+        if not self._fs.exists(directory):
+            return []
+        return [_basename(p) for p in self._fs.ls(directory, detail=False)]
+
+    def decided_batches(self, query_id: str) -> list[int]:
+        names = self._batch_files(query_id)
+        return sorted(
+            int(n[: -len(_DECISION_SUFFIX)]) for n in names if n.endswith(_DECISION_SUFFIX)
+        )
+
+    def pending(self) -> list[Decision]:
+        """Decisions whose phase 2 has not been marked done, across every query id."""
+        found: list[Decision] = []
+        for query_id in self.query_ids():
+            names = set(self._batch_files(query_id))
+            for name in sorted(names):
+                if not name.endswith(_DECISION_SUFFIX):
+                    continue
+                stem = name[: -len(_DECISION_SUFFIX)]
+                if f"{stem}{_DONE_SUFFIX}" in names:
+                    continue
+                decision = self.decision(query_id, int(stem))
+                if decision is not None:
+                    found.append(decision)
+        return found
+
+    def forget(self, query_id: str, batch_ids: Sequence[int]) -> None:
+        """Delete entries of finished batches (log retention)."""
+        for batch_id in batch_ids:
+            for suffix in (_DECISION_SUFFIX, _DONE_SUFFIX):
+                path = self._path(query_id, batch_id, suffix)
+                if self._fs.exists(path):
+                    self._fs.rm_file(path)
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]

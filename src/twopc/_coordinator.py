@@ -1,0 +1,573 @@
+"""The engine-agnostic two-phase-commit coordinator.
+
+Nothing here knows Spark. An engine (the Spark adapter, or the local engine in
+:mod:`twopc.local`) runs :class:`Phase1Task` once per partition wherever its partitions
+live and hands back one :class:`TaskReport` per partition; the :class:`Coordinator` does
+everything else on the driver: recovery, replay skipping, the durable decision, phase 2
+with retries, and clean-up of lingering attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from twopc._commit_log import CommitLog, Decision
+from twopc._metrics import BatchMetrics, TaskMetrics
+from twopc.errors import (
+    BatchFailedError,
+    CheckpointMismatchError,
+    CommitError,
+    PermanentSinkError,
+    SinkError,
+    TwoPCError,
+)
+from twopc.faults import CrashPoint, FaultPlan
+from twopc.protocol import CommitOutcome, Committable, RecoveryScope, Sink, TaskContext
+
+__all__ = [
+    "BatchEngine",
+    "Coordinator",
+    "Phase1Task",
+    "RetryPolicy",
+    "TaskReport",
+]
+
+_log = logging.getLogger("twopc")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff for commits that fail transiently."""
+
+    max_attempts: int = 5
+    initial_backoff_seconds: float = 0.2
+    max_backoff_seconds: float = 10.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("RetryPolicy.max_attempts must be at least 1")
+        if self.initial_backoff_seconds < 0 or self.max_backoff_seconds < 0:
+            raise ValueError("RetryPolicy backoff times must not be negative")
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        delay = self.initial_backoff_seconds * self.multiplier ** (retry - 1)
+        return float(min(delay, self.max_backoff_seconds))
+
+
+def call_with_retries(
+    policy: RetryPolicy,
+    action: Callable[[], Any],
+    describe: str,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Any, int]:
+    """Run ``action``; retry errors marked retryable. Returns (result, retries used)."""
+    retries = 0
+    while True:
+        try:
+            return action(), retries
+        except TwoPCError as exc:
+            if not exc.retryable or retries + 1 >= policy.max_attempts:
+                raise
+            retries += 1
+            delay = policy.backoff(retries)
+            _log.warning("%s failed (%s); retry %d in %.2fs", describe, exc, retries, delay)
+            sleep(delay)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What one phase-1 task sends back to the driver: small, JSON-serializable."""
+
+    partition: int
+    attempt: int
+    committable: Committable | None
+    rows: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    committed_in_task: bool = False
+    error: str | None = None
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "partition": self.partition,
+                "attempt": self.attempt,
+                "committable": None if self.committable is None else self.committable.to_json(),
+                "rows": self.rows,
+                "bytes": self.bytes,
+                "seconds": self.seconds,
+                "committed_in_task": self.committed_in_task,
+                "error": self.error,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> TaskReport:
+        body = json.loads(text)
+        raw = body.get("committable")
+        return cls(
+            partition=int(body["partition"]),
+            attempt=int(body["attempt"]),
+            committable=None if raw is None else Committable.from_json(raw),
+            rows=int(body.get("rows", 0)),
+            bytes=int(body.get("bytes", 0)),
+            seconds=float(body.get("seconds", 0.0)),
+            committed_in_task=bool(body.get("committed_in_task", False)),
+            error=body.get("error"),
+        )
+
+    @property
+    def metrics(self) -> TaskMetrics:
+        return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)
+
+
+@dataclass(frozen=True)
+class Phase1Task:
+    """Phase 1 for one partition: begin, invoke per Arrow batch, pre-commit.
+
+    Picklable: the engine ships it to wherever the partition's data lives. Bad input
+    (:class:`~twopc.errors.PermanentSinkError`) is reported in-band, so the engine does not
+    retry what cannot succeed; other errors are raised, so the engine may retry the task.
+    """
+
+    sink: Sink[Any]
+    sink_id: str
+    query_id: str
+    batch_id: int
+    run_id: str = ""
+    faults: FaultPlan | None = None
+    retry: RetryPolicy = RetryPolicy()
+
+    def run(self, partition: int, attempt: int, batches: Iterable[pa.RecordBatch]) -> TaskReport:
+        started = time.monotonic()
+        ctx = TaskContext(
+            self.sink_id, self.query_id, self.batch_id, partition, attempt, self.run_id
+        )
+        self._fire(CrashPoint.BEFORE_BEGIN, partition, attempt)
+        try:
+            txn = self.sink.begin_transaction(ctx)
+        except Exception as exc:
+            return self._fail(exc, partition, attempt, started)
+        rows = size = 0
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                self.sink.invoke(txn, batch)
+                rows += batch.num_rows
+                size += batch.nbytes
+                self._fire(CrashPoint.AFTER_INVOKE, partition, attempt, rows)
+            self._fire(CrashPoint.BEFORE_PRE_COMMIT, partition, attempt)
+            committable = self.sink.pre_commit(txn)
+        except BaseException as exc:
+            self._abort_quietly(txn, partition)
+            if isinstance(exc, Exception):
+                return self._fail(exc, partition, attempt, started)
+            raise
+        self._fire(CrashPoint.AFTER_PRE_COMMIT, partition, attempt)
+        in_task = self.sink.capabilities.commit_in_task
+        if in_task:
+            self._commit_in_task(committable, partition, attempt)
+        return TaskReport(
+            partition,
+            attempt,
+            committable,
+            rows=rows,
+            bytes=size,
+            seconds=time.monotonic() - started,
+            committed_in_task=in_task,
+        )
+
+    def _commit_in_task(self, committable: Committable, partition: int, attempt: int) -> None:
+        self._fire(CrashPoint.BEFORE_TASK_COMMIT, partition, attempt)
+        call_with_retries(
+            self.retry,
+            lambda: self.sink.commit([committable]),
+            f"sink {self.sink_id!r} batch {self.batch_id} partition {partition} commit",
+        )
+        self._fire(CrashPoint.AFTER_TASK_COMMIT, partition, attempt)
+
+    def _fire(
+        self, point: CrashPoint, partition: int, attempt: int, rows: int | None = None
+    ) -> None:
+        if self.faults:
+            self.faults.fire(
+                point,
+                sink_id=self.sink_id,
+                batch_id=self.batch_id,
+                partition=partition,
+                attempt=attempt,
+                rows=rows,
+            )
+
+    def _abort_quietly(self, txn: Any, partition: int) -> None:
+        try:
+            self.sink.abort(txn)
+        except Exception:
+            _log.exception(
+                "sink %r batch %d partition %d: abort after failure failed too; recovery "
+                "will clean up",
+                self.sink_id,
+                self.batch_id,
+                partition,
+            )
+
+    def _fail(self, exc: Exception, partition: int, attempt: int, started: float) -> TaskReport:
+        if isinstance(exc, PermanentSinkError):
+            return TaskReport(
+                partition,
+                attempt,
+                None,
+                seconds=time.monotonic() - started,
+                error=_describe(exc),
+            )
+        if isinstance(exc, TwoPCError):
+            if exc.partition is None:
+                raise type(exc)(
+                    exc.cause_message,
+                    sink_id=self.sink_id,
+                    batch_id=self.batch_id,
+                    partition=partition,
+                ) from exc
+            raise exc
+        raise SinkError(
+            _describe(exc), sink_id=self.sink_id, batch_id=self.batch_id, partition=partition
+        ) from exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TwoPCError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class BatchEngine(Protocol):
+    """Runs a phase-1 task on every partition of one batch's data; consumed, not subclassed.
+
+    Must run every partition, return one report per partition (the successful attempt's),
+    and raise if any partition's task failed for good.
+    """
+
+    def run_phase1(self, task: Phase1Task) -> list[TaskReport]: ...
+
+
+@dataclass
+class _Recovery:
+    committed: int = 0
+    aborted: int = 0
+    swept: int = 0
+
+
+class Coordinator:
+    """Drives one sink through two-phase commit, batch after batch, on the driver.
+
+    Args:
+        sink: the sink; shipped to executors inside each :class:`Phase1Task`.
+        sink_id: a stable name for this output; part of every transaction, file and log
+            entry, so it must not change between restarts of the query.
+        commit_log: where decisions are recorded durably.
+        retry: bounded retries for phase 2.
+        faults: fault injection plan (tests, demo); ``None`` means off.
+    """
+
+    def __init__(
+        self,
+        sink: Sink[Any],
+        sink_id: str,
+        commit_log: CommitLog,
+        *,
+        retry: RetryPolicy | None = None,
+        faults: FaultPlan | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.sink = sink
+        self.sink_id = sink_id
+        self.commit_log = commit_log
+        self.retry = retry or RetryPolicy()
+        self.faults = faults
+        self._sleep = sleep
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def recover(self) -> _Recovery:
+        """Finish what a crash left: commit what was decided, abort what was not."""
+        stats = _Recovery()
+        for decision in self.commit_log.pending():
+            _log.info(
+                "twopc sink=%s: finishing batch %d of query %s decided before a crash",
+                self.sink_id,
+                decision.batch_id,
+                decision.query_id,
+            )
+            if self.sink.capabilities.commit_in_task:
+                # The tasks committed before the decision was written; only the log lags.
+                self.commit_log.mark_done(decision.query_id, decision.batch_id)
+            else:
+                self._commit_decision(decision, fire_faults=False)
+            stats.committed += len(decision.committables)
+        if self.sink.capabilities.recover:
+            stats.aborted = self._abort_undecided()
+        stats.swept = self.sink.sweep(self.sink_id)
+        return stats
+
+    def _abort_undecided(self) -> int:
+        leftovers = self.sink.recover(self.sink_id)
+        decisions: dict[tuple[str, int], Decision | None] = {}
+        to_commit: list[Committable] = []
+        to_abort: list[Committable] = []
+        for committable in leftovers:
+            key = (committable.query_id, committable.batch_id)
+            if key not in decisions:
+                decisions[key] = self.commit_log.decision(*key)
+            decision = decisions[key]
+            if decision is not None and decision.contains(committable):
+                to_commit.append(committable)
+            else:
+                to_abort.append(committable)
+        if to_commit:
+            # Decided work the log already marked done but the target still shows as
+            # prepared (e.g. a crash between the commit and its clean-up): finish it.
+            self._commit_all(to_commit)
+        if to_abort:
+            _log.info(
+                "twopc sink=%s: aborting %d prepared but undecided unit(s) of work: %s",
+                self.sink_id,
+                len(to_abort),
+                ", ".join(
+                    f"batch {c.batch_id} partition {c.partition} attempt {c.attempt}"
+                    for c in to_abort
+                ),
+            )
+            self.sink.abort_prepared(to_abort)
+        return len(to_abort)
+
+    # -- one batch -----------------------------------------------------------------------
+
+    def run_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        *,
+        run_id: str = "",
+    ) -> BatchMetrics:
+        """Write one micro-batch exactly once. Raises if it could not; then nothing of
+        the batch is visible (phase 1 failed) or a restart finishes it (phase 2 failed)."""
+        started = time.monotonic()
+        recovery = self.recover()
+        recovered_at = time.monotonic()
+        base = BatchMetrics(
+            self.sink_id,
+            query_id,
+            batch_id,
+            status="skipped",
+            recover_seconds=recovered_at - started,
+            recovered_committed=recovery.committed,
+            recovered_aborted=recovery.aborted,
+            swept=recovery.swept,
+        )
+        if self._already_committed(query_id, batch_id):
+            _log.info(
+                "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
+                self.sink_id,
+                batch_id,
+                query_id,
+            )
+            return self._finish(base, started)
+        self._check_order(query_id, batch_id)
+
+        task = Phase1Task(
+            self.sink, self.sink_id, query_id, batch_id, run_id, self.faults, self.retry
+        )
+        try:
+            reports = engine.run_phase1(task)
+            committables = self._collect(reports, query_id, batch_id)
+        except BaseException as exc:
+            self._abort_batch(batch_id)
+            if isinstance(exc, BatchFailedError):
+                raise
+            if isinstance(exc, Exception):
+                raise BatchFailedError(
+                    f"phase 1 failed, nothing was committed: {_short(exc)}",
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                ) from exc
+            raise
+        written_at = time.monotonic()
+        tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
+
+        self._fire(CrashPoint.BEFORE_DECISION, batch_id)
+        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables))
+        in_task = self.sink.capabilities.commit_in_task
+        self.commit_log.record_decision(decision)
+        decided_at = time.monotonic()
+        self._fire(CrashPoint.AFTER_DECISION, batch_id)
+
+        retries = 0 if in_task else self._commit_decision(decision, fire_faults=True)
+        if in_task:
+            self.commit_log.mark_done(query_id, batch_id)
+        committed_at = time.monotonic()
+        self._fire(CrashPoint.AFTER_COMMIT, batch_id)
+
+        metrics = replace(
+            base,
+            status="committed",
+            partitions=len(reports),
+            rows=sum(t.rows for t in tasks),
+            bytes=sum(t.bytes for t in tasks),
+            write_seconds=written_at - recovered_at,
+            decide_seconds=decided_at - written_at,
+            commit_seconds=committed_at - decided_at,
+            commit_retries=retries,
+            tasks=tasks,
+        )
+        return self._finish(metrics, started)
+
+    def _finish(self, metrics: BatchMetrics, started: float) -> BatchMetrics:
+        metrics = _with_total(metrics, time.monotonic() - started)
+        _log.info(metrics.summary())
+        return metrics
+
+    def _already_committed(self, query_id: str, batch_id: int) -> bool:
+        if self.commit_log.decision(query_id, batch_id) is not None:
+            return True
+        return self.sink.is_committed(RecoveryScope(self.sink_id, query_id), batch_id)
+
+    def _check_order(self, query_id: str, batch_id: int) -> None:
+        decided = self.commit_log.decided_batches(query_id)
+        if decided and decided[-1] > batch_id:
+            raise CheckpointMismatchError(
+                f"the commit log at {self.commit_log.url} already holds batch {decided[-1]} "
+                f"of query {query_id}, but the query is now running batch {batch_id}. The "
+                "checkpoint was restored from an older copy or the commit log belongs to "
+                "another checkpoint; refusing to write rather than skip or duplicate data",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+
+    def _collect(
+        self, reports: Sequence[TaskReport], query_id: str, batch_id: int
+    ) -> list[Committable]:
+        by_partition: dict[int, TaskReport] = {}
+        for report in reports:
+            by_partition.setdefault(report.partition, report)
+        failed = [r for r in by_partition.values() if r.error is not None]
+        if failed:
+            first = min(failed, key=lambda r: r.partition)
+            raise BatchFailedError(
+                f"{len(failed)} partition(s) rejected their data, nothing was committed; "
+                f"first error (partition {first.partition}): {first.error}",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+                partition=first.partition,
+            )
+        expected = set(range(len(by_partition)))
+        if set(by_partition) != expected:
+            raise BatchFailedError(
+                f"phase 1 reported partitions {sorted(by_partition)}, "
+                f"expected 0..{len(expected) - 1}",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        committables: list[Committable] = []
+        for partition in sorted(by_partition):
+            committable = by_partition[partition].committable
+            if committable is None or committable.batch_id != batch_id:
+                raise BatchFailedError(
+                    "pre_commit returned no committable for this batch",
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                    partition=partition,
+                )
+            if committable.query_id != query_id or committable.sink_id != self.sink_id:
+                raise BatchFailedError(
+                    "pre_commit returned a committable of another sink or query",
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                    partition=partition,
+                )
+            committables.append(committable)
+        return committables
+
+    def _abort_batch(self, batch_id: int) -> None:
+        """Phase 1 failed: abort everything prepared for the batch, including attempts
+        that never reported back (failed or speculative tasks)."""
+        try:
+            self.recover()
+        except Exception:
+            _log.exception(
+                "twopc sink=%s batch %d: clean-up after a failed phase 1 failed; the next "
+                "run's recovery will retry it",
+                self.sink_id,
+                batch_id,
+            )
+
+    def _commit_decision(self, decision: Decision, *, fire_faults: bool) -> int:
+        retries = 0
+        for index, committable in enumerate(decision.committables):
+            if fire_faults and index == 1:
+                self._fire(CrashPoint.BETWEEN_COMMITS, decision.batch_id)
+            retries += self._commit_all([committable])
+        self.commit_log.mark_done(decision.query_id, decision.batch_id)
+        return retries
+
+    def _commit_all(self, committables: Sequence[Committable]) -> int:
+        first = committables[0]
+
+        def commit() -> list[CommitOutcome]:
+            try:
+                return self.sink.commit(committables)
+            except TwoPCError:
+                raise
+            except Exception as exc:
+                raise CommitError(
+                    _describe(exc),
+                    sink_id=self.sink_id,
+                    batch_id=first.batch_id,
+                    partition=first.partition if len(committables) == 1 else None,
+                ) from exc
+
+        try:
+            _, retries = call_with_retries(
+                self.retry,
+                commit,
+                f"sink {self.sink_id!r} batch {first.batch_id} commit",
+                self._sleep,
+            )
+        except CommitError:
+            raise
+        except TwoPCError as exc:
+            raise CommitError(
+                f"commit failed after the decision was recorded; a restart will finish it: {exc}",
+                sink_id=self.sink_id,
+                batch_id=first.batch_id,
+            ) from exc
+        return int(retries)
+
+    def _fire(self, point: CrashPoint, batch_id: int) -> None:
+        if self.faults:
+            self.faults.fire(point, sink_id=self.sink_id, batch_id=batch_id)
+
+
+def _with_total(metrics: BatchMetrics, total: float) -> BatchMetrics:
+    return replace(metrics, total_seconds=total)
+
+
+def _short(exc: BaseException, limit: int = 2000) -> str:
+    """The useful part of an engine error: our own message if present, else the tail."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        if "sink '" in stripped and ("batch" in stripped or "partition" in stripped):
+            return stripped[:limit]
+    return (text.strip().splitlines() or [type(exc).__name__])[-1][:limit]

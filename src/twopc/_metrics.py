@@ -1,0 +1,72 @@
+"""Per-batch metrics: what the coordinator did for one micro-batch, and how long it took."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["BatchMetrics", "TaskMetrics"]
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    """Phase-1 figures of one partition, reported by its task."""
+
+    partition: int
+    attempt: int
+    rows: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """What happened to one micro-batch. Logged as one line and handed to the caller.
+
+    ``status`` is ``committed``, ``skipped`` (already committed: a replay) or ``failed``.
+    Times are wall-clock seconds per phase; ``commit_retries`` counts retried commit calls.
+    """
+
+    sink_id: str
+    query_id: str
+    batch_id: int
+    status: str
+    partitions: int = 0
+    rows: int = 0
+    bytes: int = 0
+    recover_seconds: float = 0.0
+    write_seconds: float = 0.0
+    decide_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    total_seconds: float = 0.0
+    commit_retries: int = 0
+    recovered_committed: int = 0
+    recovered_aborted: int = 0
+    swept: int = 0
+    error: str | None = None
+    tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def summary(self) -> str:
+        """One log line: the figures an operator looks at first."""
+        text = (
+            f"twopc sink={self.sink_id} batch={self.batch_id} status={self.status} "
+            f"partitions={self.partitions} rows={self.rows} bytes={self.bytes} "
+            f"recover={self.recover_seconds:.3f}s write={self.write_seconds:.3f}s "
+            f"decide={self.decide_seconds:.3f}s commit={self.commit_seconds:.3f}s "
+            f"total={self.total_seconds:.3f}s retries={self.commit_retries}"
+        )
+        if self.recovered_committed or self.recovered_aborted or self.swept:
+            text += (
+                f" recovered_committed={self.recovered_committed}"
+                f" recovered_aborted={self.recovered_aborted} swept={self.swept}"
+            )
+        if self.error:
+            text += f" error={self.error!r}"
+        return text

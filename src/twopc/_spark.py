@@ -1,0 +1,193 @@
+"""The thin Spark adapter: turns ``foreachBatch``'s ``(DataFrame, batch_id)`` into phase 1 on
+executors (``mapInArrow``: Arrow in, one tiny report row out per partition) and hands the
+rest to the engine-agnostic coordinator on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from twopc._coordinator import Phase1Task, RetryPolicy, TaskReport
+from twopc._writer import BatchWriter, MetricsCallback
+from twopc.errors import ConfigurationError
+from twopc.faults import FaultPlan
+from twopc.protocol import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["SparkBatchWriter", "foreach_batch"]
+
+_log = logging.getLogger("twopc")
+
+_QUERY_ID_KEY = "sql.streaming.queryId"
+_RUN_ID_KEY = "spark.jobGroup.id"
+_REPORT_SCHEMA = "report string"
+
+
+class _SparkEngine:
+    """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``."""
+
+    def __init__(self, df: DataFrame) -> None:
+        self._df = df
+
+    def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        def phase1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext as SparkTaskContext
+
+            context = SparkTaskContext.get()
+            partition = context.partitionId() if context else 0
+            attempt = context.attemptNumber() if context else 0
+            report = task.run(partition, attempt, batches)
+            yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
+
+        rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
+        return [TaskReport.loads(row["report"]) for row in rows]
+
+
+class SparkBatchWriter(BatchWriter):
+    """The function given to ``foreachBatch``: ``writer(df, batch_id)``.
+
+    Create it with :func:`twopc.foreach_batch`. It is called on the driver; it resolves the
+    query id from Spark (so markers are tied to the checkpoint), refuses modes that give up
+    exactly-once, and runs the coordinator.
+    """
+
+    def __init__(self, *args: Any, persist: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._persist = persist
+        self._checked_queries: set[str] = set()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        spark = df.sparkSession
+        context = getattr(spark, "sparkContext", None)
+        if context is None:
+            raise ConfigurationError(
+                "twopc needs classic PySpark (a SparkContext on the driver); Spark Connect "
+                "is not supported yet",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        query_id = context.getLocalProperty(_QUERY_ID_KEY)
+        if not query_id:
+            raise ConfigurationError(
+                "no streaming query id: call the writer from "
+                "df.writeStream.foreachBatch(...), not directly",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        run_id = context.getLocalProperty(_RUN_ID_KEY) or ""
+        if query_id not in self._checked_queries:
+            _refuse_inexact_modes(spark, query_id, self.sink_id, batch_id)
+            self._checked_queries.add(query_id)
+
+        if self._persist:
+            df = df.persist()
+        try:
+            self.run(
+                query_id,
+                int(batch_id),
+                _SparkEngine(df),
+                lambda: _checkpoint_root(spark, query_id),
+                run_id=run_id,
+            )
+        finally:
+            if self._persist:
+                df.unpersist()
+
+
+def foreach_batch(
+    sink: Sink[Any],
+    sink_id: str,
+    *,
+    commit_log: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    faults: FaultPlan | None = None,
+    on_metrics: MetricsCallback | None = None,
+    persist: bool = False,
+) -> SparkBatchWriter:
+    """The exactly-once ``foreachBatch`` function for ``sink``.
+
+    Usage::
+
+        sink = twopc.create_sink("files", path="/data/orders", format="parquet")
+        query = (
+            df.writeStream.option("checkpointLocation", "/chk/orders")
+            .foreachBatch(twopc.foreach_batch(sink, sink_id="orders"))
+            .start()
+        )
+
+    Args:
+        sink: the sink, usually from :func:`twopc.create_sink`.
+        sink_id: a stable name for this output. Keep it across restarts; two queries must
+            not share one.
+        commit_log: where decisions are recorded (an fsspec URL). Default: the sink's own
+            choice (files: next to the data), else ``<checkpoint>/twopc/<sink_id>``.
+        storage_options: fsspec options for ``commit_log``.
+        retry: bounded retries with backoff for phase 2.
+        faults: fault injection plan; default from ``TWOPC_FAULTS``, off when unset.
+        on_metrics: called with :class:`~twopc.BatchMetrics` after every batch.
+        persist: cache the batch DataFrame during the write (only useful when the sink
+            runs more than one Spark job per batch).
+    """
+    return SparkBatchWriter(
+        sink,
+        sink_id,
+        commit_log=commit_log,
+        storage_options=storage_options,
+        retry=retry,
+        faults=faults,
+        on_metrics=on_metrics,
+        persist=persist,
+    )
+
+
+def _streaming_query(spark: Any, query_id: str) -> Any | None:
+    """The JVM StreamExecution of the running query, or None if it cannot be reached."""
+    try:
+        wrapper = spark._jsparkSession.streams().get(query_id)
+        return None if wrapper is None else wrapper.streamingQuery()
+    except Exception:  # py4j errors: an internal API, so degrade gracefully
+        _log.debug("cannot reach the JVM streaming query %s", query_id, exc_info=True)
+        return None
+
+
+def _checkpoint_root(spark: Any, query_id: str) -> str | None:
+    execution = _streaming_query(spark, query_id)
+    if execution is None:
+        return None
+    try:
+        return str(execution.resolvedCheckpointRoot())
+    except Exception:
+        _log.debug("cannot read the checkpoint root of %s", query_id, exc_info=True)
+        return None
+
+
+def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int) -> None:
+    """Asynchronous progress tracking and real-time mode give up exactly-once."""
+    execution = _streaming_query(spark, query_id)
+    if execution is None:
+        return
+    try:
+        kind = str(execution.getClass().getSimpleName())
+        trigger = str(execution.trigger())
+    except Exception:
+        return
+    if "AsyncProgress" in kind:
+        raise ConfigurationError(
+            "asynchronous progress tracking (asyncProgressTrackingEnabled) gives up "
+            "exactly-once; turn it off for queries that use twopc",
+            sink_id=sink_id,
+            batch_id=batch_id,
+        )
+    if "RealTime" in trigger or "RealTime" in kind:
+        raise ConfigurationError(
+            "real-time mode gives up exactly-once; use a micro-batch trigger with twopc",
+            sink_id=sink_id,
+            batch_id=batch_id,
+        )

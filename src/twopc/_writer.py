@@ -1,0 +1,130 @@
+"""What the Spark adapter and the local engine share: a coordinator plus metrics history."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from twopc._commit_log import CommitLog
+from twopc._coordinator import BatchEngine, Coordinator, RetryPolicy
+from twopc._metrics import BatchMetrics
+from twopc.errors import ConfigurationError
+from twopc.faults import FaultPlan
+from twopc.protocol import Sink
+from twopc.storage import join
+
+__all__ = ["BatchWriter", "MetricsCallback", "validate_sink_id"]
+
+_log = logging.getLogger("twopc")
+
+MetricsCallback = Callable[[BatchMetrics], None]
+
+_SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def validate_sink_id(sink_id: str) -> str:
+    """Sink ids appear in paths, transaction ids and table rows: keep them plain."""
+    if not isinstance(sink_id, str) or not _SINK_ID.match(sink_id):
+        raise ConfigurationError(
+            f"invalid sink_id {sink_id!r}: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return sink_id
+
+
+class BatchWriter:
+    """Runs the coordinator for each batch and keeps the recent metrics.
+
+    ``metrics`` holds the metrics of the last ``history`` batches (newest last);
+    ``on_metrics`` is called after every batch, also for skipped replays.
+    """
+
+    def __init__(
+        self,
+        sink: Sink[Any],
+        sink_id: str,
+        *,
+        commit_log: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        faults: FaultPlan | None = None,
+        on_metrics: MetricsCallback | None = None,
+        history: int = 100,
+    ) -> None:
+        if not isinstance(sink, Sink):
+            raise ConfigurationError(
+                f"expected a twopc.Sink, got {type(sink).__name__}; create one with "
+                "twopc.create_sink(backend, ...)"
+            )
+        self.sink = sink
+        self.sink_id = validate_sink_id(sink_id)
+        self._commit_log_url = commit_log
+        self._storage_options = storage_options
+        self._retry = retry
+        self._faults = faults if faults is not None else FaultPlan.from_env()
+        self._on_metrics = on_metrics
+        self.metrics: deque[BatchMetrics] = deque(maxlen=history)
+        self._coordinator: Coordinator | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sink={self.sink.describe()!r}, sink_id={self.sink_id!r})"
+
+    @property
+    def last_metrics(self) -> BatchMetrics | None:
+        return self.metrics[-1] if self.metrics else None
+
+    def coordinator(self, checkpoint_root: Callable[[], str | None]) -> Coordinator:
+        """The coordinator, created on first use once the commit log location is known."""
+        if self._coordinator is None:
+            url = self._resolve_commit_log(checkpoint_root)
+            _log.info("twopc sink=%s: commit log at %s", self.sink_id, url)
+            self._coordinator = Coordinator(
+                self.sink,
+                self.sink_id,
+                CommitLog(url, self._storage_options),
+                retry=self._retry,
+                faults=self._faults,
+            )
+        return self._coordinator
+
+    def _resolve_commit_log(self, checkpoint_root: Callable[[], str | None]) -> str:
+        if self._commit_log_url:
+            return self._commit_log_url
+        default = self.sink.default_commit_log(self.sink_id)
+        if default:
+            return default
+        root = checkpoint_root()
+        if root:
+            return join(root, "twopc", self.sink_id)
+        raise ConfigurationError(
+            "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
+            "(for example a directory next to the query's checkpoint)",
+            sink_id=self.sink_id,
+        )
+
+    def run(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        checkpoint_root: Callable[[], str | None],
+        run_id: str = "",
+    ) -> BatchMetrics:
+        coordinator = self.coordinator(checkpoint_root)
+        try:
+            metrics = coordinator.run_batch(query_id, batch_id, engine, run_id=run_id)
+        except Exception as exc:
+            self._record(
+                BatchMetrics(self.sink_id, query_id, batch_id, status="failed", error=str(exc))
+            )
+            raise
+        self._record(metrics)
+        return metrics
+
+    def _record(self, metrics: BatchMetrics) -> None:
+        self.metrics.append(metrics)
+        if self._on_metrics is not None:
+            self._on_metrics(metrics)

@@ -1,0 +1,121 @@
+"""The ``twopc`` command line: ``twopc plugins``, ``twopc demo``, ``twopc version``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from twopc._version import __version__
+from twopc.plugins import PluginRegistry
+
+__all__ = ["main"]
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    registry = PluginRegistry()
+    backends = registry.backends()
+    failures = registry.failures()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "backends": [asdict(b) for b in backends],
+                    "failures": [asdict(f) for f in failures],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    rows = [("BACKEND", "PLUGIN", "VERSION", "USABLE", "DETAIL")]
+    for backend in backends:
+        rows.append(
+            (
+                backend.name,
+                f"{backend.plugin} ({backend.distribution})",
+                backend.version,
+                "yes" if backend.usable else "no",
+                backend.description if backend.usable else backend.reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    if not backends:
+        print("no backends found: is twopc installed (pip install twopc)?")
+    for failure in failures:
+        print(
+            f"plugin {failure.plugin} ({failure.distribution} {failure.version}) failed to "
+            f"load: {failure.error}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from twopc._demo import run_demo
+
+    try:
+        result = run_demo(
+            workdir=args.dir,
+            rows=args.rows,
+            batches=args.batches,
+            crash_batch=args.crash_batch,
+            keep=args.keep,
+        )
+    except (RuntimeError, ValueError) as exc:
+        print(f"twopc demo: {exc}", file=sys.stderr)
+        print("exactly-once: FAILED (the demo could not run)")
+        return 2
+    return 0 if result.ok else 1
+
+
+def _version(_: argparse.Namespace) -> int:
+    print(f"twopc {__version__}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="twopc", description="Exactly-once two-phase-commit sinks for PySpark."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    plugins = commands.add_parser(
+        "plugins", help="list every backend found and whether it is usable"
+    )
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(func=_plugins)
+
+    demo = commands.add_parser(
+        "demo", help="exactly-once through a SIGKILL of the driver, on local Parquet files"
+    )
+    demo.add_argument("--dir", help="work directory (default: a new temporary directory)")
+    demo.add_argument("--rows", type=int, default=6000, help="orders to write (default 6000)")
+    demo.add_argument("--batches", type=int, default=6, help="micro-batches (default 6)")
+    demo.add_argument(
+        "--crash-batch", type=int, default=3, help="batch whose commit is killed (default 3)"
+    )
+    demo.add_argument("--keep", action="store_true", help="keep the work directory")
+    demo.set_defaults(func=_demo)
+
+    version = commands.add_parser("version", help="print the version")
+    version.set_defaults(func=_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The one exception tree of twopc.
+
+Every error twopc raises derives from :class:`TwoPCError`. Errors about a batch carry the
+sink id, the batch id and, where one partition is to blame, the partition, so that a failed
+streaming query names what failed and why::
+
+    TwoPCError
+    ├── ConfigurationError            bad options; will never succeed as configured
+    │   └── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
+    ├── PluginError                   plugin discovery and loading
+    │   ├── BackendNotFoundError      no backend registered under that name
+    │   ├── BackendNotInstalledError  the backend's optional dependencies are missing
+    │   └── BackendUnavailableError   the backend is registered but cannot be used
+    ├── SinkError                     raised by or on behalf of a sink
+    │   ├── TransientSinkError        retry may help (connection reset, timeout, broker restart)
+    │   ├── PermanentSinkError        will never succeed for this input (bad record, schema)
+    │   └── CommitError               phase 2 failed
+    │       └── CommitStateUnknownError  we cannot tell whether the commit happened
+    ├── BatchFailedError              phase 1 failed; nothing of the batch was committed
+    └── InjectedFault                 raised by fault injection (tests, demo, conformance kit)
+
+``retryable`` tells the coordinator whether retrying the same call may help
+(Flink's ``retryLater`` versus ``signalFailedWithKnownReason``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendNotFoundError",
+    "BackendNotInstalledError",
+    "BackendUnavailableError",
+    "BatchFailedError",
+    "CheckpointMismatchError",
+    "CommitError",
+    "CommitStateUnknownError",
+    "ConfigurationError",
+    "InjectedFault",
+    "PermanentSinkError",
+    "PluginError",
+    "SinkError",
+    "TransientSinkError",
+    "TwoPCError",
+]
+
+
+class TwoPCError(Exception):
+    """Root of every error raised by twopc.
+
+    The message names the sink, batch and partition when they are known, followed by the
+    cause. The same values are available as attributes for programs.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sink_id: str | None = None,
+        batch_id: int | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self.cause_message = message
+        self.sink_id = sink_id
+        self.batch_id = batch_id
+        self.partition = partition
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.sink_id is not None:
+            where.append(f"sink {self.sink_id!r}")
+        if self.batch_id is not None:
+            where.append(f"batch {self.batch_id}")
+        if self.partition is not None:
+            where.append(f"partition {self.partition}")
+        if not where:
+            return self.cause_message
+        return f"{', '.join(where)}: {self.cause_message}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross process boundaries (executor -> driver); keep the keyword fields.
+        return (
+            _rebuild_error,
+            (type(self), self.cause_message, self.sink_id, self.batch_id, self.partition),
+        )
+
+
+def _rebuild_error(
+    cls: type[TwoPCError],
+    message: str,
+    sink_id: str | None,
+    batch_id: int | None,
+    partition: int | None,
+) -> TwoPCError:
+    return cls(message, sink_id=sink_id, batch_id=batch_id, partition=partition)
+
+
+class ConfigurationError(TwoPCError):
+    """An option or combination of options is invalid; fix the configuration."""
+
+
+class CheckpointMismatchError(ConfigurationError):
+    """The sink's commit log does not match the streaming query's checkpoint."""
+
+
+class PluginError(TwoPCError):
+    """Plugin discovery or loading failed."""
+
+
+class BackendNotFoundError(PluginError):
+    """No backend is registered under the requested name."""
+
+
+class BackendNotInstalledError(PluginError):
+    """The backend exists but its optional dependencies are not installed."""
+
+
+class BackendUnavailableError(PluginError):
+    """The backend is registered but cannot be used (its plugin says why)."""
+
+
+class SinkError(TwoPCError):
+    """An error raised by a sink, or by the coordinator on a sink's behalf."""
+
+
+class TransientSinkError(SinkError):
+    """A failure that may go away when the call is retried."""
+
+    retryable = True
+
+
+class PermanentSinkError(SinkError):
+    """A failure that retrying will not fix: bad input, schema mismatch, missing target."""
+
+
+class CommitError(SinkError):
+    """Phase 2 failed. The decision is recorded, so a restart commits the batch."""
+
+
+class CommitStateUnknownError(CommitError):
+    """The commit may or may not have happened; recovery on restart resolves it."""
+
+
+class BatchFailedError(TwoPCError):
+    """Phase 1 failed for the batch. Everything prepared was aborted; nothing is visible."""
+
+
+class InjectedFault(TwoPCError):
+    """Raised by fault injection at a configured crash point."""

@@ -1,0 +1,74 @@
+"""Small helpers for durable, atomic writes on fsspec filesystems.
+
+Public because backends (first- and third-party) need the same guarantees the commit log
+relies on. What "atomic" means depends on the filesystem:
+
+* local: the bytes go to a hidden temporary file in the same directory, are fsynced, and
+  are renamed over the target (``os.replace`` is atomic on POSIX), then the directory is
+  fsynced;
+* object stores (s3, gcs, abfs) and the in-memory filesystem: a single PUT of the whole
+  object, which readers see entirely or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = ["atomic_write", "filesystem_for", "fsync_directory", "is_local", "join"]
+
+
+def filesystem_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem and the protocol-free root path for ``url``."""
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    return fs, str(root).rstrip("/") or "/"
+
+
+def is_local(fs: Any) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def join(*parts: str) -> str:
+    """Join path parts with ``/`` (fsspec paths are always ``/``-separated)."""
+    head, *rest = parts
+    out = head.rstrip("/")
+    for part in rest:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def atomic_write(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see all of it or nothing."""
+    if is_local(fs):
+        _atomic_write_local(path, data)
+    else:
+        fs.pipe_file(path, data)
+
+
+def _atomic_write_local(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}-{os.path.basename(path)}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fsync_directory(directory)
+
+
+def fsync_directory(directory: str) -> None:
+    """Persist a directory entry change (rename, create) on local filesystems."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

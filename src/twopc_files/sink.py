@@ -1,0 +1,379 @@
+"""The files sink: tasks write hidden staged files, the driver promotes them by rename.
+
+Phase 1 (each task) writes its rows under its own hidden staging directory and, in
+``pre_commit``, closes the files and writes ``_committable.json`` there: the list of staged
+files and the final names they get. The coordinator's decision for the batch (the manifest,
+``_twopc/<sink_id>/<query>/<batch>.decision.json``) lists every partition's files. Phase 2
+renames staged files to their final, deterministic names; a file already at its final name
+and gone from staging was promoted before, so commit is idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import pyarrow as pa
+
+from twopc import (
+    Capabilities,
+    CommitError,
+    CommitOutcome,
+    Committable,
+    ConfigurationError,
+    PermanentSinkError,
+    RecoveryScope,
+    Sink,
+    TaskContext,
+    TransientSinkError,
+)
+from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
+from twopc_files._layout import (
+    COMMITTABLE_FILE,
+    LOG_DIR,
+    STAGING_DIR,
+    attempt_dir,
+    final_name,
+    name_token,
+    split_by_partition,
+)
+
+__all__ = ["FORMATS", "FilesSink"]
+
+_log = logging.getLogger("twopc.files")
+
+_PAYLOAD_VERSION = 1
+_MIN_FILE_SIZE = 1024
+
+
+@dataclass
+class _OpenFile:
+    staged: str
+    final: str
+    handle: IO[bytes]
+    writer: FormatWriter
+    rows: int = 0
+
+
+@dataclass
+class _Directory:
+    """Rolling output for one Hive directory of one task."""
+
+    seq: int = 0
+    current: _OpenFile | None = None
+
+
+@dataclass
+class FilesTransaction:
+    """One task's open files. Only the task that created it uses it."""
+
+    ctx: TaskContext
+    staging: str
+    directories: dict[str, _Directory] = field(default_factory=dict)
+    done: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FilesSink(Sink[FilesTransaction]):
+    """Exactly-once file output on any fsspec filesystem.
+
+    Args:
+        path: output directory, a local path or an fsspec URL (``s3://bucket/out``).
+        format: ``parquet`` (default), ``csv``, ``json`` (JSON lines) or ``arrow`` (IPC file).
+        partition_by: columns for Hive-style directories (``col=value/``), removed from the
+            files like Spark does.
+        target_file_size: roll to a new file once a file reaches this many bytes.
+        storage_options: fsspec options (credentials are never logged or shown in repr).
+        write_options: passed to the format writer (e.g. ``{"compression": "zstd"}`` for
+            Parquet, ``{"include_header": False}`` for CSV).
+    """
+
+    backend_name = "files"
+    capabilities = Capabilities(
+        global_commit=True,
+        commit_in_task=False,
+        atomic_batch_visibility=False,
+        recover=True,
+        modes=("append",),
+    )
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        format: str = "parquet",
+        partition_by: Sequence[str] = (),
+        target_file_size: int = 128 * 1024 * 1024,
+        storage_options: dict[str, Any] | None = None,
+        write_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(path, str) or not path:
+            raise ConfigurationError("files sink: path must be a non-empty string")
+        if format not in FORMATS:
+            raise ConfigurationError(
+                f"files sink: unknown format {format!r}; use one of {', '.join(FORMATS)}"
+            )
+        if isinstance(partition_by, str):
+            partition_by = (partition_by,)
+        if not all(isinstance(c, str) and c for c in partition_by):
+            raise ConfigurationError("files sink: partition_by must be a list of column names")
+        if int(target_file_size) < _MIN_FILE_SIZE:
+            raise ConfigurationError(
+                f"files sink: target_file_size must be at least {_MIN_FILE_SIZE} bytes"
+            )
+        self.path = path
+        self.format = format
+        self.partition_by = tuple(partition_by)
+        self.target_file_size = int(target_file_size)
+        self.storage_options = dict(storage_options or {})
+        self.write_options = dict(write_options or {})
+        self._fs: Any = None
+        self._root = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"FilesSink(path={self.path!r}, format={self.format!r}, "
+            f"partition_by={list(self.partition_by)!r})"
+        )
+
+    def describe(self) -> str:
+        return f"files {self.format} at {self.path}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fs"] = None  # filesystems are re-created in each process
+        return state
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs, self._root = filesystem_for(self.path, self.storage_options)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        _ = self.fs
+        return self._root
+
+    def _abs(self, relative: str) -> str:
+        return join(self.root, relative)
+
+    def default_commit_log(self, sink_id: str) -> str:
+        return join(self.path, LOG_DIR, sink_id)
+
+    # -- phase 1 ------------------------------------------------------------------------
+
+    def begin_transaction(self, ctx: TaskContext) -> FilesTransaction:
+        staging = attempt_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)
+        if self.fs.exists(self._abs(staging)):
+            # A previous process ran this very attempt (possible outside Spark); start clean.
+            self.fs.rm(self._abs(staging), recursive=True)
+        return FilesTransaction(ctx, staging)
+
+    def invoke(self, txn: FilesTransaction, batch: pa.RecordBatch) -> None:
+        missing = [c for c in self.partition_by if c not in batch.schema.names]
+        if missing:
+            raise PermanentSinkError(
+                f"partition_by column(s) {missing} not in the data (columns: {batch.schema.names})",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            )
+        for directory, piece in split_by_partition(batch, self.partition_by):
+            self._write_piece(txn, directory, piece)
+
+    def _write_piece(self, txn: FilesTransaction, directory: str, piece: pa.RecordBatch) -> None:
+        state = txn.directories.setdefault(directory, _Directory())
+        current = state.current
+        if current is not None and not current.writer.schema.equals(piece.schema):
+            raise PermanentSinkError(
+                f"schema changed inside one task: {current.writer.schema} then {piece.schema}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            )
+        if current is None:
+            current = state.current = self._open(txn, directory, state.seq, piece.schema)
+            state.seq += 1
+        try:
+            current.writer.write(piece)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
+            raise PermanentSinkError(
+                f"cannot write {self.format}: {exc}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            ) from exc
+        except OSError as exc:
+            raise TransientSinkError(
+                f"I/O error writing {current.staged}: {exc}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            ) from exc
+        current.rows += piece.num_rows
+        if current.writer.bytes_written() >= self.target_file_size:
+            txn.done.append(self._close(current))
+            state.current = None
+
+    def _open(
+        self, txn: FilesTransaction, directory: str, seq: int, schema: pa.Schema
+    ) -> _OpenFile:
+        ctx = txn.ctx
+        name = final_name(
+            name_token(ctx.sink_id, ctx.query_id),
+            ctx.batch_id,
+            ctx.partition,
+            seq,
+            FORMATS[self.format],
+        )
+        final = f"{directory}/{name}" if directory else name
+        staged = f"{txn.staging}/{final}"
+        path = self._abs(staged)
+        parent = path.rsplit("/", 1)[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115
+        writer = open_format_writer(self.format, handle, schema, dict(self.write_options))
+        return _OpenFile(staged, final, handle, writer)
+
+    def _close(self, current: _OpenFile) -> dict[str, Any]:
+        current.writer.close()
+        size = current.writer.bytes_written()
+        if hasattr(current.handle, "fileno") and is_local(self.fs):
+            current.handle.flush()
+            os.fsync(current.handle.fileno())
+        current.handle.close()
+        return {
+            "staged": current.staged,
+            "final": current.final,
+            "rows": current.rows,
+            "bytes": size,
+        }
+
+    def pre_commit(self, txn: FilesTransaction) -> Committable:
+        for state in txn.directories.values():
+            if state.current is not None:
+                txn.done.append(self._close(state.current))
+                state.current = None
+        ctx = txn.ctx
+        committable = Committable(
+            sink_id=ctx.sink_id,
+            query_id=ctx.query_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+            attempt=ctx.attempt,
+            payload={"staging": txn.staging, "files": sorted(txn.done, key=lambda f: f["final"])},
+            version=_PAYLOAD_VERSION,
+        )
+        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
+        self.fs.makedirs(self._abs(txn.staging), exist_ok=True)
+        atomic_write(self.fs, marker, committable.dumps().encode())
+        return committable
+
+    def abort(self, txn: FilesTransaction) -> None:
+        for state in txn.directories.values():
+            if state.current is not None:
+                with contextlib.suppress(Exception):
+                    state.current.handle.close()
+                state.current = None
+        self._remove(txn.staging)
+
+    # -- phase 2 ------------------------------------------------------------------------
+
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        return [self._commit_one(c) for c in committables]
+
+    def _commit_one(self, committable: Committable) -> CommitOutcome:
+        staging = str(committable.payload["staging"])
+        moved = 0
+        for entry in committable.payload["files"]:
+            staged, final = self._abs(entry["staged"]), self._abs(entry["final"])
+            if self.fs.exists(staged):
+                self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+                self.fs.mv(staged, final)
+                moved += 1
+            elif not self.fs.exists(final):
+                raise CommitError(
+                    f"neither the staged file {entry['staged']} nor its final file "
+                    f"{entry['final']} exists; the staging area was modified outside twopc",
+                    sink_id=committable.sink_id,
+                    batch_id=committable.batch_id,
+                    partition=committable.partition,
+                )
+        if moved and is_local(self.fs):
+            files = committable.payload["files"]
+            for directory in {self._abs(e["final"]).rsplit("/", 1)[0] for e in files}:
+                fsync_directory(directory)
+        had_staging = self.fs.exists(self._abs(staging))
+        self._remove(staging)
+        if moved or had_staging:
+            return CommitOutcome.COMMITTED
+        return CommitOutcome.ALREADY_COMMITTED
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        for committable in committables:
+            staging = committable.payload.get("staging") or attempt_dir(
+                committable.sink_id,
+                committable.query_id,
+                committable.batch_id,
+                committable.partition,
+                committable.attempt,
+            )
+            self._remove(str(staging))
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        pattern = self._abs(f"{STAGING_DIR}/{sink_id}/*/*/*/{COMMITTABLE_FILE}")
+        found = []
+        for path in sorted(self.fs.glob(pattern)):
+            try:
+                found.append(Committable.loads(self.fs.cat_file(path).decode()))
+            except (ValueError, KeyError) as exc:
+                _log.warning("ignoring unreadable committable %s: %s", path, exc)
+        return found
+
+    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
+        """Delete attempt directories that never prepared, then empty parents."""
+        kept = {str(c.payload.get("staging")) for c in keep}
+        base = self._abs(f"{STAGING_DIR}/{sink_id}")
+        if not self.fs.exists(base):
+            return 0
+        removed = 0
+        for attempt in sorted(self.fs.glob(f"{base}/*/*/*")):
+            relative = attempt[len(self.root) + 1 :]
+            if relative in kept or self.fs.exists(f"{attempt}/{COMMITTABLE_FILE}"):
+                continue
+            self._remove(relative)
+            removed += 1
+        self._remove_empty_dirs(base)
+        return removed
+
+    def is_committed(self, scope: RecoveryScope, batch_id: int) -> bool:
+        return False  # the commit log next to the data is the record (the manifest)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _remove(self, relative: str) -> None:
+        path = self._abs(relative)
+        if self.fs.exists(path):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(path, recursive=True)
+
+    def _remove_empty_dirs(self, base: str) -> None:
+        for depth in ("*/*", "*"):
+            for directory in sorted(self.fs.glob(f"{base}/{depth}"), reverse=True):
+                if self.fs.isdir(directory) and not self.fs.ls(directory, detail=False):
+                    with contextlib.suppress(OSError):
+                        self.fs.rmdir(directory)
+
+
+def manifest_files(manifest: bytes) -> list[str]:
+    """Final file names listed in a batch's decision (manifest) file."""
+    body = json.loads(manifest)
+    return [f["final"] for c in body["committables"] for f in c["payload"].get("files", [])]
