@@ -127,7 +127,9 @@ class CommitLog:
         directory = join(self._root, query_id)
         if not self._fs.exists(directory):
             return []
-        return [_basename(p) for p in self._fs.ls(directory, detail=False)]
+        names = (_basename(p) for p in self._fs.ls(directory, detail=False))
+        # Skip hidden names: a crash can leave an atomic write's temporary file behind.
+        return [n for n in names if not n.startswith(".")]
 
     def decided_batches(self, query_id: str) -> list[int]:
         names = self._batch_files(query_id)

@@ -229,7 +229,7 @@ class Phase1Task:
                 attempt,
                 None,
                 seconds=time.monotonic() - started,
-                error=_describe(exc),
+                error=exc.cause_message,
             )
         if isinstance(exc, TwoPCError):
             if exc.partition is None:
@@ -278,6 +278,8 @@ class Coordinator:
         commit_log: where decisions are recorded durably.
         retry: bounded retries for phase 2.
         faults: fault injection plan (tests, demo); ``None`` means off.
+        log_retention: finished batches kept in the commit log per query (like Spark's
+            ``spark.sql.streaming.minBatchesToRetain``); older entries are deleted.
     """
 
     def __init__(
@@ -288,13 +290,17 @@ class Coordinator:
         *,
         retry: RetryPolicy | None = None,
         faults: FaultPlan | None = None,
+        log_retention: int = 100,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if log_retention < 1:
+            raise ValueError("log_retention must keep at least the last batch")
         self.sink = sink
         self.sink_id = sink_id
         self.commit_log = commit_log
         self.retry = retry or RetryPolicy()
         self.faults = faults
+        self.log_retention = log_retention
         self._sleep = sleep
 
     # -- recovery ------------------------------------------------------------------------
@@ -406,10 +412,16 @@ class Coordinator:
         written_at = time.monotonic()
         tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
 
-        self._fire(CrashPoint.BEFORE_DECISION, batch_id)
         decision = Decision(self.sink_id, query_id, batch_id, tuple(committables))
         in_task = self.sink.capabilities.commit_in_task
-        self.commit_log.record_decision(decision)
+        try:
+            self._fire(CrashPoint.BEFORE_DECISION, batch_id)
+            self.commit_log.record_decision(decision)
+        except Exception:
+            # No decision, so nothing may become visible: abort what phase 1 prepared.
+            if self.commit_log.decision(query_id, batch_id) is None:
+                self._abort_batch(batch_id)
+            raise
         decided_at = time.monotonic()
         self._fire(CrashPoint.AFTER_DECISION, batch_id)
 
@@ -418,6 +430,7 @@ class Coordinator:
             self.commit_log.mark_done(query_id, batch_id)
         committed_at = time.monotonic()
         self._fire(CrashPoint.AFTER_COMMIT, batch_id)
+        self._prune_log(query_id, batch_id)
 
         metrics = replace(
             base,
@@ -432,6 +445,17 @@ class Coordinator:
             tasks=tasks,
         )
         return self._finish(metrics, started)
+
+    def _prune_log(self, query_id: str, batch_id: int) -> None:
+        """Forget finished batches older than the retention; replays only ever concern the
+        latest batch, and the ordering check only needs the newest decision."""
+        horizon = batch_id - self.log_retention
+        if horizon < 0:
+            return
+        old = [b for b in self.commit_log.decided_batches(query_id) if b <= horizon]
+        done = [b for b in old if self.commit_log.is_done(query_id, b)]
+        if done:
+            self.commit_log.forget(query_id, done)
 
     def _finish(self, metrics: BatchMetrics, started: float) -> BatchMetrics:
         metrics = _with_total(metrics, time.monotonic() - started)
@@ -465,8 +489,8 @@ class Coordinator:
         if failed:
             first = min(failed, key=lambda r: r.partition)
             raise BatchFailedError(
-                f"{len(failed)} partition(s) rejected their data, nothing was committed; "
-                f"first error (partition {first.partition}): {first.error}",
+                f"{first.error} ({len(failed)} of {len(by_partition)} partition(s) rejected "
+                "their data; nothing of the batch was committed)",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
                 partition=first.partition,

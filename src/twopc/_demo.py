@@ -29,6 +29,8 @@ from twopc.faults import ENV_VAR
 
 __all__ = ["DemoResult", "run_demo"]
 
+_MARKER = ".twopc-demo"
+
 
 @dataclass(frozen=True)
 class DemoResult:
@@ -218,8 +220,13 @@ def run_demo(
         raise RuntimeError("Spark needs Java 17 or newer: install a JDK and put java on PATH")
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twopc-demo-"))
     if base.exists() and any(base.iterdir()):
+        if not (base / _MARKER).exists():
+            raise ValueError(
+                f"{base} is not empty and was not made by twopc demo; pick another --dir"
+            )
         shutil.rmtree(base)
     base.mkdir(parents=True, exist_ok=True)
+    (base / _MARKER).write_text("made by twopc demo; deleted and re-created by the next run\n")
     progress = _Progress(stream, batches)
     progress.step(f"twopc demo in {base}")
     _write_input(base / "input", rows, batches)

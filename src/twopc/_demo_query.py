@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--expected", type=int, required=True)
     parser.add_argument("--read-back", action="store_true")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--sink-id", default=SINK_ID)
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     emit("starting", pid=os.getpid())
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(args.master)
         .appName("twopc-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -68,15 +71,20 @@ def main(argv: list[str] | None = None) -> int:
         .option("maxFilesPerTrigger", 1)
         .json(args.input)
         # Hash partitioning is deterministic, so a replayed batch splits the same way.
-        .repartition(2, "id")
+        .repartition(args.partitions, "id")
     )
     query = (
         orders.writeStream.option("checkpointLocation", args.checkpoint)
-        .foreachBatch(twopc.foreach_batch(sink, sink_id=SINK_ID, on_metrics=_on_metrics))
+        .foreachBatch(twopc.foreach_batch(sink, sink_id=args.sink_id, on_metrics=_on_metrics))
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # StreamingQueryException: report it, exit non-zero
+        emit("query-failed", error=str(exc))
+        spark.stop()
+        return 1
     emit("query-finished")
 
     if args.read_back:

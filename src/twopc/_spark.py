@@ -149,12 +149,29 @@ def foreach_batch(
 
 def _streaming_query(spark: Any, query_id: str) -> Any | None:
     """The JVM StreamExecution of the running query, or None if it cannot be reached."""
+    # foreachBatch gets a clone of the session that started the query; the query is
+    # registered with the original one, which is usually the JVM's default session.
+    for manager in _query_managers(spark):
+        try:
+            wrapper = manager.get(query_id)
+            if wrapper is not None:
+                return wrapper.streamingQuery()
+        except Exception:  # py4j errors: an internal API, so degrade gracefully
+            _log.debug("cannot reach the JVM streaming query %s", query_id, exc_info=True)
+    return None
+
+
+def _query_managers(spark: Any) -> Iterator[Any]:
     try:
-        wrapper = spark._jsparkSession.streams().get(query_id)
-        return None if wrapper is None else wrapper.streamingQuery()
-    except Exception:  # py4j errors: an internal API, so degrade gracefully
-        _log.debug("cannot reach the JVM streaming query %s", query_id, exc_info=True)
-        return None
+        yield spark._jsparkSession.streams()
+    except Exception:
+        _log.debug("no JVM session behind the batch's SparkSession", exc_info=True)
+    try:
+        default = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.getDefaultSession()
+        if default.isDefined():
+            yield default.get().streams()
+    except Exception:
+        _log.debug("no default JVM SparkSession", exc_info=True)
 
 
 def _checkpoint_root(spark: Any, query_id: str) -> str | None:

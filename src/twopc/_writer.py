@@ -79,26 +79,28 @@ class BatchWriter:
     def coordinator(self, checkpoint_root: Callable[[], str | None]) -> Coordinator:
         """The coordinator, created on first use once the commit log location is known."""
         if self._coordinator is None:
-            url = self._resolve_commit_log(checkpoint_root)
+            url, options = self._resolve_commit_log(checkpoint_root)
             _log.info("twopc sink=%s: commit log at %s", self.sink_id, url)
             self._coordinator = Coordinator(
                 self.sink,
                 self.sink_id,
-                CommitLog(url, self._storage_options),
+                CommitLog(url, options),
                 retry=self._retry,
                 faults=self._faults,
             )
         return self._coordinator
 
-    def _resolve_commit_log(self, checkpoint_root: Callable[[], str | None]) -> str:
+    def _resolve_commit_log(
+        self, checkpoint_root: Callable[[], str | None]
+    ) -> tuple[str, dict[str, Any] | None]:
         if self._commit_log_url:
-            return self._commit_log_url
+            return self._commit_log_url, self._storage_options
         default = self.sink.default_commit_log(self.sink_id)
         if default:
-            return default
+            return default, self._storage_options or self.sink.default_commit_log_options()
         root = checkpoint_root()
         if root:
-            return join(root, "twopc", self.sink_id)
+            return join(root, "twopc", self.sink_id), self._storage_options
         raise ConfigurationError(
             "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
             "(for example a directory next to the query's checkpoint)",
@@ -126,5 +128,10 @@ class BatchWriter:
 
     def _record(self, metrics: BatchMetrics) -> None:
         self.metrics.append(metrics)
-        if self._on_metrics is not None:
+        if self._on_metrics is None:
+            return
+        try:
             self._on_metrics(metrics)
+        except Exception:
+            # The batch is already decided; a broken callback must not fail the query.
+            _log.exception("twopc sink=%s: on_metrics callback failed", self.sink_id)

@@ -163,9 +163,12 @@ def _interpret(
 class LocalBatchWriter(BatchWriter):
     """Like :class:`twopc.SparkBatchWriter`, for :class:`LocalStream` batches."""
 
-    def __init__(self, *args: Any, max_attempts: int = 1, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_attempts: int = 1, processes: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_attempts = max_attempts
+        self.processes = processes
 
     def write(
         self,
@@ -174,7 +177,7 @@ class LocalBatchWriter(BatchWriter):
         partitions: Sequence[pa.Table],
         checkpoint_root: str | None = None,
     ) -> BatchMetrics:
-        engine = LocalEngine(partitions, max_attempts=self.max_attempts)
+        engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
         return self.run(query_id, batch_id, engine, lambda: checkpoint_root)
 
 
@@ -188,8 +191,13 @@ def foreach_batch(
     faults: FaultPlan | None = None,
     on_metrics: MetricsCallback | None = None,
     max_attempts: int = 1,
+    processes: bool = True,
 ) -> LocalBatchWriter:
-    """The local engine's counterpart of :func:`twopc.foreach_batch`."""
+    """The local engine's counterpart of :func:`twopc.foreach_batch`.
+
+    ``processes=False`` runs tasks inline, which in-process filesystems (fsspec's
+    ``memory://``) need, since a forked task's writes stay in the child.
+    """
     return LocalBatchWriter(
         sink,
         sink_id,
@@ -199,6 +207,7 @@ def foreach_batch(
         faults=faults,
         on_metrics=on_metrics,
         max_attempts=max_attempts,
+        processes=processes,
     )
 
 

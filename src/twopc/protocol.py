@@ -260,6 +260,10 @@ class Sink(ABC, Generic[TxnT]):
         """
         return None
 
+    def default_commit_log_options(self) -> dict[str, Any]:
+        """fsspec options (credentials) for :meth:`default_commit_log`'s location."""
+        return {}
+
     def describe(self) -> str:
         """A short, credential-free description for logs and ``repr``."""
         return self.backend_name

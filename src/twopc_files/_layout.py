@@ -15,9 +15,9 @@ very same names and can only overwrite, never duplicate.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from collections.abc import Iterator, Sequence
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,12 +58,25 @@ def hive_directory(columns: Sequence[str], values: Sequence[object]) -> str:
 def _hive_value(value: object) -> str:
     if value is None:
         return HIVE_NULL
-    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if isinstance(value, bool):
+        text = "true" if value else "false"  # Spark's cast of a boolean to string
+    elif isinstance(value, datetime.datetime):
+        text = value.isoformat(sep=" ")
+    elif isinstance(value, datetime.date):
+        text = value.isoformat()
+    else:
+        text = str(value)
     return _escape(text) if text else HIVE_NULL
 
 
+# The characters Spark escapes in partition directory names (ExternalCatalogUtils), so
+# Spark and pyarrow both decode what twopc writes; anything else, non-ASCII included,
+# is kept as it is.
+_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+
+
 def _escape(text: str) -> str:
-    return quote(text, safe=" -_.+,;@!$&'()*~")
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in text)
 
 
 def split_by_partition(

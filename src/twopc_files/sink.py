@@ -77,6 +77,8 @@ class FilesTransaction:
     staging: str
     directories: dict[str, _Directory] = field(default_factory=dict)
     done: list[dict[str, Any]] = field(default_factory=list)
+    schema: pa.Schema | None = None
+    """Schema of the first batch; every later batch of the task must match it."""
 
 
 class FilesSink(Sink[FilesTransaction]):
@@ -122,6 +124,12 @@ class FilesSink(Sink[FilesTransaction]):
             partition_by = (partition_by,)
         if not all(isinstance(c, str) and c for c in partition_by):
             raise ConfigurationError("files sink: partition_by must be a list of column names")
+        hidden = [c for c in partition_by if c.startswith(("_", "."))]
+        if hidden:
+            raise ConfigurationError(
+                f"files sink: partition_by columns {hidden} start with '_' or '.', so their "
+                "directories would be hidden from readers such as pyarrow.dataset"
+            )
         if int(target_file_size) < _MIN_FILE_SIZE:
             raise ConfigurationError(
                 f"files sink: target_file_size must be at least {_MIN_FILE_SIZE} bytes"
@@ -166,6 +174,9 @@ class FilesSink(Sink[FilesTransaction]):
     def default_commit_log(self, sink_id: str) -> str:
         return join(self.path, LOG_DIR, sink_id)
 
+    def default_commit_log_options(self) -> dict[str, Any]:
+        return dict(self.storage_options)
+
     # -- phase 1 ------------------------------------------------------------------------
 
     def begin_transaction(self, ctx: TaskContext) -> FilesTransaction:
@@ -184,6 +195,17 @@ class FilesSink(Sink[FilesTransaction]):
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,
             )
+        # Checked per task, not per open file: a change after a file rolled, in another
+        # Hive directory or in a partition column would otherwise go unnoticed.
+        if txn.schema is None:
+            txn.schema = batch.schema
+        elif not txn.schema.equals(batch.schema):
+            raise PermanentSinkError(
+                f"schema changed inside one task: {txn.schema} then {batch.schema}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            )
         for directory, piece in split_by_partition(batch, self.partition_by):
             self._write_piece(txn, directory, piece)
 
@@ -197,10 +219,10 @@ class FilesSink(Sink[FilesTransaction]):
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,
             )
-        if current is None:
-            current = state.current = self._open(txn, directory, state.seq, piece.schema)
-            state.seq += 1
         try:
+            if current is None:
+                current = state.current = self._open(txn, directory, state.seq, piece.schema)
+                state.seq += 1
             current.writer.write(piece)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
             raise PermanentSinkError(
@@ -211,7 +233,7 @@ class FilesSink(Sink[FilesTransaction]):
             ) from exc
         except OSError as exc:
             raise TransientSinkError(
-                f"I/O error writing {current.staged}: {exc}",
+                f"I/O error writing to {txn.staging}/{directory}: {exc}",
                 sink_id=txn.ctx.sink_id,
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,
@@ -238,7 +260,11 @@ class FilesSink(Sink[FilesTransaction]):
         parent = path.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)
         handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115
-        writer = open_format_writer(self.format, handle, schema, dict(self.write_options))
+        try:
+            writer = open_format_writer(self.format, handle, schema, dict(self.write_options))
+        except BaseException:
+            handle.close()
+            raise
         return _OpenFile(staged, final, handle, writer)
 
     def _close(self, current: _OpenFile) -> dict[str, Any]:
@@ -278,6 +304,11 @@ class FilesSink(Sink[FilesTransaction]):
     def abort(self, txn: FilesTransaction) -> None:
         for state in txn.directories.values():
             if state.current is not None:
+                # Close the format writer before its file: an unclosed pyarrow ParquetWriter
+                # otherwise writes its footer to the closed file when garbage-collected and
+                # raises from __del__.
+                with contextlib.suppress(Exception):
+                    state.current.writer.close()
                 with contextlib.suppress(Exception):
                     state.current.handle.close()
                 state.current = None
@@ -289,6 +320,19 @@ class FilesSink(Sink[FilesTransaction]):
         return [self._commit_one(c) for c in committables]
 
     def _commit_one(self, committable: Committable) -> CommitOutcome:
+        try:
+            return self._promote(committable)
+        except OSError as exc:
+            # Object stores and network filesystems fail transiently; promotion is
+            # idempotent, so the coordinator may simply retry it.
+            raise TransientSinkError(
+                f"promoting staged files failed: {exc}",
+                sink_id=committable.sink_id,
+                batch_id=committable.batch_id,
+                partition=committable.partition,
+            ) from exc
+
+    def _promote(self, committable: Committable) -> CommitOutcome:
         staging = str(committable.payload["staging"])
         moved = 0
         for entry in committable.payload["files"]:
@@ -346,7 +390,8 @@ class FilesSink(Sink[FilesTransaction]):
             return 0
         removed = 0
         for attempt in sorted(self.fs.glob(f"{base}/*/*/*")):
-            relative = attempt[len(self.root) + 1 :]
+            # _abs() joins with exactly one "/", also when the root is "/" itself.
+            relative = attempt[len(self.root.rstrip("/")) + 1 :]
             if relative in kept or self.fs.exists(f"{attempt}/{COMMITTABLE_FILE}"):
                 continue
             self._remove(relative)

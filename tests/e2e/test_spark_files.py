@@ -1,0 +1,148 @@
+"""Real foreachBatch queries writing through the files sink, read back with Spark and pyarrow."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import twopc
+from tests.e2e.conftest import write_orders
+from tests.helpers import assert_exactly_once, read_ids, staged_attempts
+from twopc_files import FilesSink
+
+pytestmark = [pytest.mark.e2e]
+
+SCHEMA = "id long, customer string, amount double"
+
+
+def _run(
+    spark: Any,
+    source: Path,
+    checkpoint: Path,
+    writer: Callable[[Any, int], None],
+    partitions: int = 2,
+) -> None:
+    stream = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(partitions, "id")
+    )
+    query = (
+        stream.writeStream.option("checkpointLocation", str(checkpoint))
+        .foreachBatch(writer)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def _spark_ids(spark: Any, output: Path) -> tuple[int, int]:
+    frame = spark.read.parquet(str(output))
+    return frame.count(), frame.select("id").distinct().count()
+
+
+def test_query_writes_every_row_once(spark: Any, tmp_path: Path) -> None:
+    expected = write_orders(tmp_path / "in", batches=3, rows_per_batch=200)
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["customer"])
+    writer = twopc.foreach_batch(sink, sink_id="orders")
+    _run(spark, tmp_path / "in", tmp_path / "chk", writer)
+
+    assert _spark_ids(spark, tmp_path / "out") == (600, 600)
+    assert_exactly_once(read_ids(tmp_path / "out"), expected)
+    statuses = [(m.batch_id, m.status, m.rows, m.partitions) for m in writer.metrics]
+    assert statuses == [
+        (0, "committed", 200, 2),
+        (1, "committed", 200, 2),
+        (2, "committed", 200, 2),
+    ]
+    assert staged_attempts(tmp_path / "out") == []
+
+
+def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path) -> None:
+    write_orders(tmp_path / "in", batches=2, rows_per_batch=100)
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, sink_id="orders"))
+    files_before = sorted(p.name for p in (tmp_path / "out").glob("*.parquet"))
+
+    # The driver died after the commit but before Spark wrote commits/1: Spark re-runs batch 1.
+    (tmp_path / "chk" / "commits" / "1").unlink()
+    (tmp_path / "chk" / "commits" / ".1.crc").unlink(missing_ok=True)
+    replay = twopc.foreach_batch(sink, sink_id="orders")
+    _run(spark, tmp_path / "in", tmp_path / "chk", replay)
+
+    assert [(m.batch_id, m.status) for m in replay.metrics] == [(1, "skipped")]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.parquet")) == files_before
+    assert _spark_ids(spark, tmp_path / "out") == (200, 200)
+
+
+def test_failed_task_is_retried_and_its_attempt_leaves_nothing(spark: Any, tmp_path: Path) -> None:
+    expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=300)
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    faults = twopc.FaultPlan.parse("after_invoke:raise@batch=1,partition=1,attempt=0")
+    writer = twopc.foreach_batch(sink, sink_id="orders", faults=faults)
+    _run(spark, tmp_path / "in", tmp_path / "chk", writer)
+
+    assert_exactly_once(read_ids(tmp_path / "out"), expected)
+    batch1 = writer.metrics[-1]
+    assert batch1.status == "committed"
+    assert {t.partition: t.attempt for t in batch1.tasks} == {0: 0, 1: 1}
+    assert staged_attempts(tmp_path / "out") == []
+
+
+def test_bad_input_fails_clearly_commits_nothing_and_recovers(spark: Any, tmp_path: Path) -> None:
+    expected = write_orders(tmp_path / "in", batches=1, rows_per_batch=100)
+    broken = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["region"])
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(StreamingQueryException) as failure:
+        _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(broken, "orders"))
+    message = str(failure.value)
+    assert "sink 'orders', batch 0, partition" in message
+    assert "'region'" in message
+    assert "not in the data" in message
+    assert read_ids(tmp_path / "out") == {}
+
+    fixed = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["customer"])
+    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(fixed, "orders"))
+    assert_exactly_once(read_ids(tmp_path / "out"), expected)
+
+
+def test_new_checkpoint_is_never_skipped_silently(spark: Any, tmp_path: Path) -> None:
+    expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=50)
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    _run(spark, tmp_path / "in", tmp_path / "chk-a", twopc.foreach_batch(sink, "orders"))
+    # A new checkpoint restarts batch ids at 0; a (sink, batch) marker would skip them all.
+    writer = twopc.foreach_batch(sink, "orders")
+    _run(spark, tmp_path / "in", tmp_path / "chk-b", writer)
+
+    assert [m.status for m in writer.metrics] == ["committed", "committed"]
+    ids = read_ids(tmp_path / "out")
+    assert set(ids) == expected
+    assert set(ids.values()) == {2}
+
+
+class _LogInCheckpointSink(FilesSink):
+    def default_commit_log(self, sink_id: str) -> None:  # type: ignore[override]
+        return None
+
+
+def test_commit_log_defaults_to_the_checkpoint(spark: Any, tmp_path: Path) -> None:
+    expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=50)
+    sink = _LogInCheckpointSink(str(tmp_path / "out"))
+    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, "orders"))
+
+    decisions = sorted((tmp_path / "chk" / "twopc" / "orders").glob("*/*.decision.json"))
+    assert [p.name[:20] for p in decisions] == [f"{b:020d}" for b in range(2)]
+    assert_exactly_once(read_ids(tmp_path / "out"), expected)
+
+
+def test_rejects_direct_calls_outside_a_streaming_query(spark: Any, tmp_path: Path) -> None:
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    with pytest.raises(twopc.ConfigurationError, match="foreachBatch"):
+        twopc.foreach_batch(sink, "orders")(spark.range(3), 0)
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)

@@ -1,0 +1,85 @@
+"""Helpers shared by the test suites: run query processes, read committed output back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stderr: str = ""
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == kind]
+
+
+def run_process(
+    args: list[str], *, faults: str | None = None, timeout: float = 300, cwd: Path = REPO
+) -> RunResult:
+    """Run a query process in its own session; kill whatever of it survives (the JVM)."""
+    env = dict(os.environ)
+    env.pop("TWOPC_FAULTS", None)
+    if faults:
+        env["TWOPC_FAULTS"] = faults
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    events = []
+    for line in out.decode(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return RunResult(process.returncode, events, err.decode(errors="replace"))
+
+
+def read_ids(output: Path | str, column: str = "id") -> Counter[int]:
+    """Committed ids as a pyarrow.dataset reader sees them (hidden files skipped)."""
+    if not Path(output).exists():
+        return Counter()
+    dataset = ds.dataset(str(output), format="parquet", partitioning="hive")
+    if not dataset.files:
+        return Counter()
+    return Counter(dataset.to_table(columns=[column])[column].to_pylist())
+
+
+def staged_attempts(output: Path | str) -> list[Path]:
+    """Attempt directories left in the hidden staging area."""
+    staging = Path(output) / "_twopc_staging"
+    return sorted(p for p in staging.glob("*/*/*/*") if p.is_dir())
+
+
+def assert_exactly_once(ids: Counter[int], expected: set[int]) -> None:
+    duplicates = {i: n for i, n in ids.items() if n > 1}
+    missing = expected - set(ids)
+    unexpected = set(ids) - expected
+    assert not duplicates, f"duplicates: {sorted(duplicates.items())[:10]}"
+    assert not missing, f"missing {len(missing)} ids, e.g. {sorted(missing)[:10]}"
+    assert not unexpected, f"unexpected ids: {sorted(unexpected)[:10]}"

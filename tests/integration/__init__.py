@@ -1,0 +1,1 @@
+"""Integration tests against real Kafka, PostgreSQL and MariaDB (see docs/development.md)."""

@@ -1,0 +1,61 @@
+"""Session fixtures that start the real services on demand through ``scripts/services``.
+
+Fixtures:
+
+* ``kafka_bootstrap`` -> ``"127.0.0.1:19092"`` (Kafka 4.x, KRaft, one node)
+* ``postgres_dsn``    -> ``"postgresql://twopc:twopc@127.0.0.1:15432/twopc"``
+* ``mysql_dsn``       -> ``"mysql://twopc:twopc@127.0.0.1:13306/twopc"`` (MariaDB)
+* ``mysql_params``    -> :class:`MysqlParams` (``.connect_kwargs()`` for ``pymysql.connect``)
+* ``services``        -> :class:`ServiceControl`: ``kill(name)``, ``restart(name)``,
+  ``start(name)``, ``stop(name)``, ``status()``; a service a test killed or stopped and did
+  not bring back is restarted when the test ends, so later tests find it running.
+
+Each service is started at most once per session (when a test first asks for it); a
+service that is already running is reused. Services are left running after the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .services import MysqlParams, ServiceControl, Services, parse_mysql_dsn
+
+
+@pytest.fixture(scope="session")
+def services_cli() -> Services:
+    """The raw ``scripts/services`` wrapper (session-wide)."""
+    return Services()
+
+
+@pytest.fixture
+def services(services_cli: Services) -> Iterator[ServiceControl]:
+    """Kill/restart helper; anything left down by the test is started again afterwards."""
+    control = ServiceControl(services_cli)
+    yield control
+    control.bring_back()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(services_cli: Services) -> str:
+    """``host:port`` of the test Kafka broker, started if needed."""
+    return services_cli.start("kafka")["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(services_cli: Services) -> str:
+    """``postgresql://`` URL of the test database (max_prepared_transactions=64)."""
+    return services_cli.start("postgres")["POSTGRES_DSN"]
+
+
+@pytest.fixture(scope="session")
+def mysql_dsn(services_cli: Services) -> str:
+    """``mysql://`` URL of the test MariaDB database (local_infile on, binlog on)."""
+    return services_cli.start("mariadb")["MYSQL_DSN"]
+
+
+@pytest.fixture(scope="session")
+def mysql_params(mysql_dsn: str) -> MysqlParams:
+    """The MariaDB URL split for ``pymysql.connect(**mysql_params.connect_kwargs())``."""
+    return parse_mysql_dsn(mysql_dsn)

@@ -1,0 +1,118 @@
+"""twopc.storage: atomic writes and path helpers on the local and in-memory filesystems."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+import pytest
+
+from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+
+pytestmark = pytest.mark.unit
+
+
+def _clear_memory_fs() -> None:
+    memory = fsspec.filesystem("memory")
+    memory.store.clear()
+    memory.pseudo_dirs.clear()
+    memory.pseudo_dirs.append("")
+
+
+@pytest.fixture
+def memory() -> Iterator[Any]:
+    _clear_memory_fs()
+    yield fsspec.filesystem("memory")
+    _clear_memory_fs()
+
+
+def test_atomic_write_local_creates_parents_and_leaves_no_temporary(tmp_path: Any) -> None:
+    fs, _ = filesystem_for(str(tmp_path))
+    target = tmp_path / "a" / "b" / "decision.json"
+
+    atomic_write(fs, str(target), b"first")
+    assert target.read_bytes() == b"first"
+    atomic_write(fs, str(target), b"second, longer")
+    assert target.read_bytes() == b"second, longer"
+    assert os.listdir(target.parent) == ["decision.json"]
+
+
+def test_atomic_write_local_failure_keeps_the_old_content(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, _ = filesystem_for(str(tmp_path))
+    target = tmp_path / "f.json"
+    atomic_write(fs, str(target), b"old")
+
+    def fail(src: str, dst: str) -> None:
+        assert os.path.basename(src).startswith(".tmp-")  # hidden from readers
+        assert os.path.dirname(src) == os.path.dirname(dst)  # same directory: rename is atomic
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="no space"):
+        atomic_write(fs, str(target), b"new")
+    monkeypatch.undo()
+
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["f.json"]
+
+
+def test_atomic_write_local_never_shows_a_partial_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the bytes are written, the target holds the old content in full."""
+    fs, _ = filesystem_for(str(tmp_path))
+    target = tmp_path / "f.json"
+    atomic_write(fs, str(target), b"old")
+    seen: list[bytes] = []
+    real_fsync = os.fsync
+
+    def watching_fsync(fd: int) -> None:
+        seen.append(target.read_bytes())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", watching_fsync)
+    atomic_write(fs, str(target), b"new" * 1000)
+    monkeypatch.undo()
+
+    assert seen
+    assert seen[0] == b"old"
+    assert target.read_bytes() == b"new" * 1000
+
+
+def test_atomic_write_memory(memory: Any) -> None:
+    fs, root = filesystem_for("memory://bucket/log")
+    assert root == "/bucket/log"
+    assert not is_local(fs)
+    path = join(root, "q", "00001.decision.json")
+
+    atomic_write(fs, path, b"one")
+    assert memory.cat_file(path) == b"one"
+    atomic_write(fs, path, b"two")
+    assert memory.cat_file(path) == b"two"
+    assert memory.find(root) == [path]
+
+
+def test_filesystem_for_local(tmp_path: Any) -> None:
+    fs, root = filesystem_for(str(tmp_path) + "/")
+    assert is_local(fs)
+    assert root == str(tmp_path)
+    fs2, root2 = filesystem_for(f"file://{tmp_path}")
+    assert is_local(fs2)
+    assert root2 == str(tmp_path)
+
+
+def test_join() -> None:
+    assert join("/root/", "a", "/b/", "c.json") == "/root/a/b/c.json"
+    assert join("memory://x", "_twopc", "s") == "memory://x/_twopc/s"
+    assert join("/") == ""
+    assert join("/", "a") == "/a"
+
+
+def test_fsync_directory(tmp_path: Any) -> None:
+    fsync_directory(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        fsync_directory(str(tmp_path / "missing"))
