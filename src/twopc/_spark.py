@@ -85,6 +85,9 @@ class SparkBatchWriter(BatchWriter):
             _refuse_inexact_modes(spark, query_id, self.sink_id, batch_id)
             self._checked_queries.add(query_id)
 
+        keys = self.sink.partition_columns()
+        if keys:
+            df = df.repartition(*keys)
         if self._persist:
             df = df.persist()
         try:

@@ -188,8 +188,9 @@ class Sink(ABC, Generic[TxnT]):
     method except through the transaction object (same task) or the committable (any process).
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    """The sink's declared capabilities; override in subclasses."""
+    capabilities: Capabilities = Capabilities()
+    """The sink's declared capabilities; override in subclasses (or per instance, when
+    they depend on options such as a transaction mode)."""
 
     backend_name: ClassVar[str] = "custom"
     """The name the backend is registered under (for messages and metrics)."""
@@ -252,6 +253,14 @@ class Sink(ABC, Generic[TxnT]):
         the default. Sinks with markers (SQL marker rows, Kafka offsets) answer from them.
         """
         return False
+
+    def partition_columns(self) -> tuple[str, ...]:
+        """Columns whose equal values must reach the same task (e.g. upsert keys).
+
+        The Spark adapter hash-partitions the batch by them before phase 1; hash
+        partitioning is deterministic, so a replay splits the batch the same way.
+        """
+        return ()
 
     def default_commit_log(self, sink_id: str) -> str | None:
         """Where the commit log lives when the user does not say (an fsspec URL), or None.

@@ -1,0 +1,528 @@
+"""What the Postgres and MySQL sinks share: the transaction flow, markers and recovery.
+
+Every task writes its rows and one marker row ``(sink_id, query_id, batch_id, partition)``
+in one database transaction, so "this partition of this batch is committed" is decided by
+the database itself, atomically with the data.
+
+* ``transaction`` mode (default): the task commits its own transaction right after
+  ``pre_commit`` (``commit_in_task``). A replayed or retried task finds its marker and
+  writes nothing. Readers may see some partitions of a batch before others.
+* ``two_phase`` mode: the task prepares (``PREPARE TRANSACTION`` / ``XA PREPARE``) and
+  reports the transaction id; the driver commits every branch after all partitions
+  prepared. Recovery commits decided branches and rolls back the others.
+
+Upserts and deletes go through a staging table so that duplicate keys inside a partition
+are resolved in SQL (last wins: by ``order_column``, then by input order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from twopc import (
+    Capabilities,
+    CommitError,
+    CommitOutcome,
+    Committable,
+    PermanentSinkError,
+    Sink,
+    SinkError,
+    TaskContext,
+    TransientSinkError,
+)
+from twopc_jdbc._options import ConnectionSettings, SqlOptions, TableName
+
+__all__ = ["MarkerKey", "SqlSink", "SqlTransaction", "TransactionId"]
+
+_log = logging.getLogger("twopc.jdbc")
+
+_PAYLOAD_VERSION = 1
+SEQ_COLUMN = "twopc_seq"
+"""Input order of a staged row, for last-wins de-duplication."""
+
+
+@dataclass(frozen=True)
+class MarkerKey:
+    sink_id: str
+    query_id: str
+    batch_id: int
+    partition: int
+
+
+@dataclass(frozen=True)
+class TransactionId:
+    """A prepared transaction's id: ``gtrid`` names the sink and query, ``bqual`` the task.
+
+    Both stay under 64 bytes (the XA limit); Postgres uses ``gtrid:bqual`` as its gid.
+    """
+
+    gtrid: str
+    bqual: str
+
+    PREFIX: ClassVar[str] = "twopc-"
+
+    @classmethod
+    def for_task(cls, ctx: TaskContext) -> TransactionId:
+        return cls(
+            f"{cls.gtrid_prefix(ctx.sink_id)}{ctx.query_id}",
+            f"{ctx.batch_id}-{ctx.partition}-{ctx.attempt}",
+        )
+
+    @classmethod
+    def gtrid_prefix(cls, sink_id: str) -> str:
+        return f"{cls.PREFIX}{hashlib.sha256(sink_id.encode()).hexdigest()[:12]}-"
+
+    @property
+    def gid(self) -> str:
+        return f"{self.gtrid}:{self.bqual}"
+
+    @classmethod
+    def parse_gid(cls, gid: str) -> TransactionId | None:
+        gtrid, sep, bqual = gid.partition(":")
+        return cls(gtrid, bqual) if sep else None
+
+    def committable(self, sink_id: str) -> Committable | None:
+        """Rebuild the committable a prepared branch belongs to, or None if foreign."""
+        prefix = self.gtrid_prefix(sink_id)
+        if not self.gtrid.startswith(prefix):
+            return None
+        try:
+            batch, partition, attempt = (int(x) for x in self.bqual.split("-"))
+        except ValueError:
+            return None
+        return Committable(
+            sink_id=sink_id,
+            query_id=self.gtrid[len(prefix) :],
+            batch_id=batch,
+            partition=partition,
+            attempt=attempt,
+            payload={"gtrid": self.gtrid, "bqual": self.bqual},
+            version=_PAYLOAD_VERSION,
+        )
+
+
+@dataclass
+class SqlTransaction:
+    """One task's open database transaction."""
+
+    ctx: TaskContext
+    conn: Any
+    xid: TransactionId | None
+    skip: bool = False
+    rows: int = 0
+    checked: bool = False
+    columns: tuple[str, ...] = ()
+    staging: TableName | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def marker(self) -> MarkerKey:
+        return MarkerKey(self.ctx.sink_id, self.ctx.query_id, self.ctx.batch_id, self.ctx.partition)
+
+
+class SqlSink(Sink[SqlTransaction]):
+    """Base class of the SQL sinks; a backend implements the database-specific hooks."""
+
+    url_schemes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        table: str,
+        mode: str = "append",
+        key_columns: Sequence[str] = (),
+        order_column: str | None = None,
+        delete_column: str | None = None,
+        create_table: bool = False,
+        transaction_mode: str = "transaction",
+        marker_table: str = "twopc_markers",
+        lock_timeout_seconds: float = 60.0,
+        connect_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(key_columns, str):
+            key_columns = (key_columns,)
+        self.options = SqlOptions(
+            table=TableName.parse(table),
+            mode=mode,
+            key_columns=tuple(key_columns),
+            order_column=order_column,
+            delete_column=delete_column,
+            create_table=create_table,
+            transaction_mode=transaction_mode,
+            marker_table=TableName.parse(marker_table),
+            lock_timeout_seconds=lock_timeout_seconds,
+        )
+        self.settings = ConnectionSettings.from_url(dsn, self.url_schemes, connect_options)
+        two_phase = transaction_mode == "two_phase"
+        self.capabilities = Capabilities(
+            global_commit=two_phase,
+            commit_in_task=not two_phase,
+            atomic_batch_visibility=False,
+            recover=two_phase,
+            modes=("append", "upsert"),
+        )
+        # Open transactions of this process, for the in-task commit of `transaction` mode.
+        self._open: dict[tuple[str, int, int, int], SqlTransaction] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.settings.describe()!r}, "
+            f"table={str(self.options.table)!r}, mode={self.options.mode!r}, "
+            f"transaction_mode={self.options.transaction_mode!r})"
+        )
+
+    def describe(self) -> str:
+        return f"{self.backend_name} {self.settings.describe()} table {self.options.table}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_open"] = {}
+        return state
+
+    def partition_columns(self) -> tuple[str, ...]:
+        # All rows of a key in one task, so that "last wins" is decided in one place.
+        return self.options.key_columns if self.options.needs_staging else ()
+
+    @property
+    def two_phase(self) -> bool:
+        return self.options.transaction_mode == "two_phase"
+
+    # -- database hooks -------------------------------------------------------------------
+
+    @abstractmethod
+    def connect(self, *, autocommit: bool) -> Any:
+        """A new connection; errors mapped with :meth:`classify`."""
+
+    @abstractmethod
+    def classify(self, exc: Exception) -> type[SinkError]:
+        """Transient or permanent: how the coordinator should treat a driver error."""
+
+    @abstractmethod
+    def ensure_marker_table(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def marker_exists(self, conn: Any, key: MarkerKey) -> bool: ...
+
+    @abstractmethod
+    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None: ...
+
+    @abstractmethod
+    def begin(self, conn: Any, xid: TransactionId | None) -> None: ...
+
+    @abstractmethod
+    def table_columns(self, conn: Any, table: TableName) -> list[str] | None:
+        """The table's column names, or None if it does not exist."""
+
+    @abstractmethod
+    def create_table(self, schema: pa.Schema) -> None:
+        """Create the target table from the data's schema (on its own connection)."""
+
+    @abstractmethod
+    def open_staging(self, txn: SqlTransaction, schema: pa.Schema) -> TableName: ...
+
+    @abstractmethod
+    def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
+        """Bulk-load a batch into ``table`` (target or staging) inside the transaction."""
+
+    @abstractmethod
+    def merge_staging(self, txn: SqlTransaction) -> None:
+        """De-duplicate the staged rows, apply deletes and upsert into the target."""
+
+    @abstractmethod
+    def prepare(self, txn: SqlTransaction) -> None: ...
+
+    @abstractmethod
+    def rollback(self, txn: SqlTransaction) -> None: ...
+
+    @abstractmethod
+    def commit_prepared(self, xid: TransactionId) -> bool:
+        """Commit a prepared branch; False if the database does not know it."""
+
+    @abstractmethod
+    def rollback_prepared(self, xid: TransactionId) -> bool:
+        """Roll back a prepared branch; False if the database does not know it."""
+
+    @abstractmethod
+    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
+        """Prepared branches of this database whose gtrid starts with the sink's prefix."""
+
+    # -- phase 1 --------------------------------------------------------------------------
+
+    def _error(self, exc: Exception, ctx: TaskContext, what: str) -> SinkError:
+        kind = self.classify(exc)
+        return kind(
+            f"{what}: {type(exc).__name__}: {str(exc).strip()}",
+            sink_id=ctx.sink_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+        )
+
+    def begin_transaction(self, ctx: TaskContext) -> SqlTransaction:
+        try:
+            conn = self.connect(autocommit=True)
+        except SinkError as exc:
+            raise type(exc)(
+                exc.cause_message,
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            ) from exc
+        xid = TransactionId.for_task(ctx) if self.two_phase else None
+        try:
+            self.ensure_marker_table(conn)
+            skip = not self.two_phase and self.marker_exists(
+                conn, MarkerKey(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition)
+            )
+            if self.two_phase:
+                self._abort_earlier_attempts(ctx)
+            self.begin(conn, None if skip else xid)
+        except Exception as exc:
+            _close_quietly(conn)
+            if isinstance(exc, SinkError):
+                raise
+            raise self._error(exc, ctx, f"cannot start a transaction on {self.describe()}") from exc
+        if skip:
+            _log.info(
+                "sink %r batch %d partition %d already committed (marker found); skipping",
+                ctx.sink_id,
+                ctx.batch_id,
+                ctx.partition,
+            )
+        return SqlTransaction(ctx, conn, xid, skip=skip)
+
+    def _abort_earlier_attempts(self, ctx: TaskContext) -> None:
+        """A failed earlier attempt of this task may have prepared; its branch holds locks
+        this attempt would wait on. Nothing decided it, so roll it back."""
+        for xid in self.prepared_ids(ctx.sink_id):
+            committable = xid.committable(ctx.sink_id)
+            if (
+                committable is not None
+                and committable.query_id == ctx.query_id
+                and committable.batch_id == ctx.batch_id
+                and committable.partition == ctx.partition
+                and committable.attempt != ctx.attempt
+            ):
+                _log.warning("rolling back prepared branch %s of an earlier attempt", xid.gid)
+                self.rollback_prepared(xid)
+
+    def invoke(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
+        if txn.skip:
+            return
+        ctx = txn.ctx
+        if not txn.checked:
+            self._check_first_batch(txn, batch.schema)
+        self._check_keys(txn, batch)
+        try:
+            if self.options.needs_staging:
+                if txn.staging is None:
+                    txn.staging = self.open_staging(txn, batch.schema)
+                seq = pa.array(range(txn.rows, txn.rows + batch.num_rows), pa.int64())
+                self.load(txn, txn.staging, batch.append_column(SEQ_COLUMN, seq))
+            else:
+                self.load(txn, self.options.table, batch)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, ctx, f"writing to {self.options.table} failed") from exc
+        txn.rows += batch.num_rows
+
+    def _check_first_batch(self, txn: SqlTransaction, schema: pa.Schema) -> None:
+        ctx = txn.ctx
+        names = [n for n in schema.names if n != self.options.delete_column]
+        for column in (
+            *self.options.key_columns,
+            self.options.order_column,
+            self.options.delete_column,
+        ):
+            if column is not None and column not in schema.names:
+                raise PermanentSinkError(
+                    f"column {column!r} is not in the data (columns: {schema.names})",
+                    sink_id=ctx.sink_id,
+                    batch_id=ctx.batch_id,
+                    partition=ctx.partition,
+                )
+        try:
+            existing = self.table_columns(txn.conn, self.options.table)
+            if existing is None and self.options.create_table:
+                self.create_table(
+                    schema.remove(schema.get_field_index(self.options.delete_column))
+                    if self.options.delete_column
+                    else schema
+                )
+                existing = self.table_columns(txn.conn, self.options.table)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, ctx, f"cannot inspect table {self.options.table}") from exc
+        if existing is None:
+            raise PermanentSinkError(
+                f"table {self.options.table} does not exist (set create_table=True to create "
+                "it from the data's schema)",
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            )
+        missing = [n for n in names if n not in existing]
+        if missing:
+            raise PermanentSinkError(
+                f"column(s) {missing} of the data are not in table {self.options.table} "
+                f"(table columns: {existing})",
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            )
+        txn.columns = tuple(names)
+        txn.checked = True
+
+    def _check_keys(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
+        for column in self.options.key_columns:
+            nulls = batch.column(column).null_count
+            if nulls:
+                row = pc.index(pc.is_null(batch.column(column)), True).as_py()
+                raise PermanentSinkError(
+                    f"key column {column!r} is null in {nulls} row(s) (first at row "
+                    f"{txn.rows + row} of the partition); upserts need a key",
+                    sink_id=txn.ctx.sink_id,
+                    batch_id=txn.ctx.batch_id,
+                    partition=txn.ctx.partition,
+                )
+
+    def pre_commit(self, txn: SqlTransaction) -> Committable:
+        ctx = txn.ctx
+        payload: dict[str, Any] = {"rows": txn.rows, "skipped": txn.skip}
+        if not txn.skip:
+            try:
+                if txn.staging is not None:
+                    self.merge_staging(txn)
+                self.insert_marker(txn.conn, txn.marker, ctx.attempt)
+                if self.two_phase:
+                    self.prepare(txn)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._error(exc, ctx, "pre-commit failed") from exc
+        if txn.skip:
+            self.abort(txn)  # nothing was written; end the empty transaction
+        elif txn.xid is not None:
+            payload.update(gtrid=txn.xid.gtrid, bqual=txn.xid.bqual)
+            _close_quietly(txn.conn)  # MariaDB lets others commit a branch only once detached
+        else:
+            self._open[_key(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
+        return Committable(
+            sink_id=ctx.sink_id,
+            query_id=ctx.query_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+            attempt=ctx.attempt,
+            payload=payload,
+            version=_PAYLOAD_VERSION,
+        )
+
+    def abort(self, txn: SqlTransaction) -> None:
+        try:
+            self.rollback(txn)
+        except Exception:
+            _log.warning("rollback failed; the database rolls back on disconnect", exc_info=True)
+        finally:
+            _close_quietly(txn.conn)
+
+    # -- phase 2 --------------------------------------------------------------------------
+
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        return [self._commit_one(c) for c in committables]
+
+    def _commit_one(self, c: Committable) -> CommitOutcome:
+        if c.payload.get("skipped"):
+            return CommitOutcome.ALREADY_COMMITTED
+        if "gtrid" in c.payload:
+            xid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
+            try:
+                if self.commit_prepared(xid):
+                    return CommitOutcome.COMMITTED
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._commit_error(exc, c) from exc
+            return self._already_or_lost(c)
+        txn = self._open.pop(_key(c.query_id, c.batch_id, c.partition, c.attempt), None)
+        if txn is None:
+            return self._already_or_lost(c)
+        try:
+            txn.conn.commit()
+        except Exception as exc:
+            raise self._commit_error(exc, c) from exc
+        finally:
+            _close_quietly(txn.conn)
+        return CommitOutcome.COMMITTED
+
+    def _commit_error(self, exc: Exception, c: Committable) -> SinkError:
+        kind = self.classify(exc)
+        if kind is not TransientSinkError:
+            kind = CommitError
+        return kind(
+            f"commit failed: {type(exc).__name__}: {str(exc).strip()}",
+            sink_id=c.sink_id,
+            batch_id=c.batch_id,
+            partition=c.partition,
+        )
+
+    def _already_or_lost(self, c: Committable) -> CommitOutcome:
+        """The transaction is gone: committed before (its marker shows it) or lost."""
+        conn = self.connect(autocommit=True)
+        try:
+            found = self.marker_exists(
+                conn, MarkerKey(c.sink_id, c.query_id, c.batch_id, c.partition)
+            )
+        finally:
+            _close_quietly(conn)
+        if found:
+            return CommitOutcome.ALREADY_COMMITTED
+        raise CommitError(
+            "the transaction is neither prepared nor committed (no marker row): it was rolled "
+            "back outside twopc, so the batch's data for this partition is lost",
+            sink_id=c.sink_id,
+            batch_id=c.batch_id,
+            partition=c.partition,
+        )
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        for c in committables:
+            txn = self._open.pop(_key(c.query_id, c.batch_id, c.partition, c.attempt), None)
+            if txn is not None:
+                self.abort(txn)
+            if "gtrid" in c.payload:
+                self.rollback_prepared(
+                    TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
+                )
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        if not self.two_phase:
+            return []
+        found = []
+        for xid in self.prepared_ids(sink_id):
+            committable = xid.committable(sink_id)
+            if committable is not None:
+                found.append(committable)
+        return found
+
+
+def _key(query_id: str, batch_id: int, partition: int, attempt: int) -> tuple[str, int, int, int]:
+    return (query_id, batch_id, partition, attempt)
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:
+        _log.debug("closing a connection failed", exc_info=True)

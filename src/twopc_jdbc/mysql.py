@@ -1,0 +1,420 @@
+"""The ``mysql`` backend: MySQL 8 and MariaDB 10.5+ through PyMySQL.
+
+Rows are bulk-loaded with ``LOAD DATA LOCAL INFILE`` from a CSV file pyarrow writes (no
+Python object per value); ``LOCAL`` turns data errors into warnings, so every load checks
+``@@warning_count`` and fails the batch on any warning. Upserts and deletes load into a
+permanent staging table (DDL would end an XA transaction, so it is created beforehand, and
+each transaction's rows carry its id), then ``INSERT ... SELECT`` the last row per key
+(``ROW_NUMBER()``) ``ON DUPLICATE KEY UPDATE``: MariaDB's ``VALUES(col)`` form, or MySQL's
+reference to the derived table. Identifiers are quoted with backticks (doubled inside).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pymysql
+
+from twopc import ConfigurationError, PermanentSinkError, SinkError, TransientSinkError
+from twopc_jdbc._base import (
+    SEQ_COLUMN,
+    MarkerKey,
+    SqlSink,
+    SqlTransaction,
+    TransactionId,
+    _close_quietly,
+)
+from twopc_jdbc._options import TableName
+
+__all__ = ["MySQLSink", "quote_identifier"]
+
+TXN_COLUMN = "twopc_txn"
+
+# client errors (can't connect, server gone, lost connection), lock wait timeout, deadlock,
+# server shutdown: retrying may help
+_TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927})
+_XAER_NOTA = 1397
+_CSV_OPTIONS = pacsv.WriteOptions(
+    include_header=False, null_string="NULL", quoting_style="all_valid"
+)
+
+
+def quote_identifier(name: str) -> str:
+    """Quote an identifier with backticks; PyMySQL has no tool for identifiers."""
+    if not name or "\x00" in name or len(name) > 64:
+        raise ConfigurationError(f"invalid MySQL identifier {name!r}")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _table(table: TableName) -> str:
+    if table.schema:
+        return f"{quote_identifier(table.schema)}.{quote_identifier(table.name)}"
+    return quote_identifier(table.name)
+
+
+def _columns(names: Any) -> str:
+    return ", ".join(quote_identifier(n) for n in names)
+
+
+_MYSQL_TYPES: list[tuple[Callable[[pa.DataType], bool], str]] = [
+    (pa.types.is_boolean, "BOOLEAN"),
+    (pa.types.is_int8, "TINYINT"),
+    (lambda t: pa.types.is_int16(t) or pa.types.is_uint8(t), "SMALLINT"),
+    (lambda t: pa.types.is_int32(t) or pa.types.is_uint16(t), "INT"),
+    (lambda t: pa.types.is_int64(t) or pa.types.is_uint32(t), "BIGINT"),
+    (pa.types.is_float32, "FLOAT"),
+    (pa.types.is_float64, "DOUBLE"),
+    (pa.types.is_date, "DATE"),
+    (pa.types.is_timestamp, "DATETIME(6)"),
+]
+
+
+def _mysql_type(field: pa.Field, is_key: bool) -> str:
+    t = field.type
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "VARCHAR(255)" if is_key else "TEXT"  # keys cannot be TEXT without a length
+    for matches, name in _MYSQL_TYPES:
+        if matches(t):
+            return name
+    raise ConfigurationError(f"create_table cannot map the Arrow type {t} to MySQL")
+
+
+def _csv_ready(batch: pa.RecordBatch) -> pa.Table:
+    """Types LOAD DATA reads back exactly: booleans as 0/1, timestamps as naive UTC."""
+    columns = []
+    for column in batch.columns:
+        kind = column.type
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            raise TypeError("binary columns are not supported by the mysql backend yet")
+        if pa.types.is_boolean(kind):
+            columns.append(pc.cast(column, pa.int8()))
+        elif pa.types.is_timestamp(kind) and kind.tz is not None:
+            columns.append(pc.cast(column, pa.timestamp(kind.unit)))
+        else:
+            columns.append(column)
+    return pa.Table.from_arrays(columns, names=batch.schema.names)
+
+
+class MySQLSink(SqlSink):
+    """Exactly-once writes to a MySQL 8 or MariaDB 10.5+ table.
+
+    Takes the same options as :class:`twopc_jdbc.postgres.PostgresSink`; ``dsn`` is
+    ``mysql://user:password@host:port/database``, and ``connect_options`` go to
+    ``pymysql.connect`` (``ssl={...}``, ``ssl_ca``, ``connect_timeout``, ...).
+    ``LOAD DATA LOCAL`` needs ``local_infile=ON`` on the server (MariaDB's default; MySQL 8
+    defaults to OFF).
+    """
+
+    backend_name = "mysql"
+    url_schemes = ("mysql", "mariadb")
+
+    def connect(self, *, autocommit: bool) -> Any:
+        settings = self.settings
+        params: dict[str, Any] = {
+            "host": settings.host,
+            "port": settings.port or 3306,
+            "user": settings.user,
+            "password": settings.password or "",
+            "database": settings.database,
+            "autocommit": autocommit,
+            "local_infile": True,
+            "charset": "utf8mb4",
+            **dict(settings.options),
+        }
+        try:
+            return pymysql.connect(**params)
+        except pymysql.MySQLError as exc:
+            raise self.classify(exc)(
+                f"cannot connect to {settings.describe()}: {_message(exc)}"
+            ) from exc
+
+    def classify(self, exc: Exception) -> type[SinkError]:
+        code = _code(exc)
+        if isinstance(exc, pymysql.err.InterfaceError) or code in _TRANSIENT_CODES:
+            return TransientSinkError
+        return PermanentSinkError
+
+    def _flavor(self, conn: Any) -> str:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT VERSION()")
+            version = str(cursor.fetchone()[0])
+        return "mariadb" if "mariadb" in version.lower() else "mysql"
+
+    # -- markers and transactions -----------------------------------------------------------
+
+    def ensure_marker_table(self, conn: Any) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {_table(self.options.marker_table)} ("
+                "sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
+                "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt INT NOT NULL, "
+                "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+                "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
+            )
+            if self.two_phase:
+                try:
+                    cursor.execute("XA RECOVER")
+                    cursor.fetchall()
+                except pymysql.MySQLError as exc:
+                    raise PermanentSinkError(
+                        "transaction_mode='two_phase' needs XA RECOVER, which failed "
+                        f"({_message(exc)}); grant XA_RECOVER_ADMIN (MySQL 8) or use "
+                        "transaction_mode='transaction'"
+                    ) from exc
+
+    def marker_exists(self, conn: Any, key: MarkerKey) -> bool:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {_table(self.options.marker_table)} WHERE sink_id = %s AND "
+                "query_id = %s AND batch_id = %s AND partition_id = %s",
+                (key.sink_id, key.query_id, key.batch_id, key.partition),
+            )
+            return cursor.fetchone() is not None
+
+    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {_table(self.options.marker_table)} "
+                "(sink_id, query_id, batch_id, partition_id, attempt) VALUES (%s, %s, %s, %s, %s)",
+                (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
+            )
+
+    def begin(self, conn: Any, xid: TransactionId | None) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SET SESSION innodb_lock_wait_timeout = %s",
+                (max(1, int(self.options.lock_timeout_seconds)),),
+            )
+            if xid is not None:
+                cursor.execute("XA START %s, %s", (xid.gtrid, xid.bqual))
+            else:
+                conn.autocommit(False)
+                conn.begin()
+
+    def prepare(self, txn: SqlTransaction) -> None:
+        assert txn.xid is not None
+        with txn.conn.cursor() as cursor:
+            cursor.execute("XA END %s, %s", (txn.xid.gtrid, txn.xid.bqual))
+            cursor.execute("XA PREPARE %s, %s", (txn.xid.gtrid, txn.xid.bqual))
+
+    def rollback(self, txn: SqlTransaction) -> None:
+        if txn.xid is None or txn.skip:
+            txn.conn.rollback()
+            return
+        with txn.conn.cursor() as cursor:
+            with contextlib.suppress(pymysql.MySQLError):  # already ended
+                cursor.execute("XA END %s, %s", (txn.xid.gtrid, txn.xid.bqual))
+            cursor.execute("XA ROLLBACK %s, %s", (txn.xid.gtrid, txn.xid.bqual))
+
+    def _xa(self, verb: str, xid: TransactionId) -> bool:
+        conn = self.connect(autocommit=True)  # XA COMMIT of a detached branch needs autocommit
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"XA {verb} %s, %s", (xid.gtrid, xid.bqual))
+            return True
+        except pymysql.MySQLError as exc:
+            if _code(exc) == _XAER_NOTA:
+                return False
+            raise
+        finally:
+            _close_quietly(conn)
+
+    def commit_prepared(self, xid: TransactionId) -> bool:
+        return self._xa("COMMIT", xid)
+
+    def rollback_prepared(self, xid: TransactionId) -> bool:
+        return self._xa("ROLLBACK", xid)
+
+    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
+        prefix = TransactionId.gtrid_prefix(sink_id)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("XA RECOVER")
+                rows = cursor.fetchall()
+        finally:
+            _close_quietly(conn)
+        found = []
+        for _format_id, gtrid_length, bqual_length, data in rows:
+            raw = data.decode() if isinstance(data, bytes | bytearray) else str(data)
+            gtrid = raw[: int(gtrid_length)]
+            bqual = raw[int(gtrid_length) : int(gtrid_length) + int(bqual_length)]
+            if gtrid.startswith(prefix):
+                found.append(TransactionId(gtrid, bqual))
+        return found
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def table_columns(self, conn: Any, table: TableName) -> list[str] | None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT column_name FROM information_schema.columns WHERE "
+                "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
+                "ORDER BY ordinal_position",
+                (table.schema, table.name),
+            )
+            rows = cursor.fetchall()
+        return [str(r[0]) for r in rows] or None
+
+    def create_table(self, schema: pa.Schema) -> None:
+        keys = set(self.options.key_columns)
+        columns = [
+            f"{quote_identifier(f.name)} {_mysql_type(f, f.name in keys)}"
+            for f in schema
+            if f.name != SEQ_COLUMN
+        ]
+        if keys:
+            columns.append(f"PRIMARY KEY ({_columns(self.options.key_columns)})")
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_table(self.options.table)} "
+                    f"({', '.join(columns)}) ENGINE=InnoDB"
+                )
+        finally:
+            _close_quietly(conn)
+
+    def open_staging(self, txn: SqlTransaction, schema: pa.Schema) -> TableName:
+        """A permanent staging table shared by the sink's transactions (created outside
+        any transaction: DDL commits implicitly and is not allowed inside XA)."""
+        options = self.options
+        digest = hashlib.sha256(f"{options.table}\0{options.delete_column}".encode()).hexdigest()[
+            :12
+        ]
+        staging = TableName(f"twopc_stage_{digest}", options.table.schema)
+        flag = (
+            f", {quote_identifier(options.delete_column)} BOOLEAN" if options.delete_column else ""
+        )
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_table(staging)} ("
+                    f"{quote_identifier(TXN_COLUMN)} VARCHAR(140) NOT NULL DEFAULT '', "
+                    f"{quote_identifier(SEQ_COLUMN)} BIGINT NOT NULL DEFAULT 0{flag}, "
+                    f"KEY ({quote_identifier(TXN_COLUMN)})) ENGINE=InnoDB "
+                    f"SELECT * FROM {_table(options.table)} WHERE 1 = 0"
+                )
+        finally:
+            _close_quietly(conn)
+        txn.extra["staging_id"] = _txn_id(txn)
+        return staging
+
+    def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
+        try:
+            data = _csv_ready(batch)
+        except (TypeError, pa.ArrowInvalid) as exc:
+            raise PermanentSinkError(
+                str(exc),
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            ) from exc
+        handle, path = tempfile.mkstemp(prefix="twopc-", suffix=".csv")
+        os.close(handle)
+        try:
+            pacsv.write_csv(data, path, write_options=_CSV_OPTIONS)
+            statement = (
+                f"LOAD DATA LOCAL INFILE %s INTO TABLE {_table(table)} CHARACTER SET utf8mb4 "
+                "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '' "
+                f"LINES TERMINATED BY '\\n' ({_columns(batch.schema.names)})"
+            )
+            params: tuple[Any, ...] = (path,)
+            if table != self.options.table:
+                statement += f" SET {quote_identifier(TXN_COLUMN)} = %s"
+                params = (path, txn.extra["staging_id"])
+            with txn.conn.cursor() as cursor:
+                cursor.execute(statement, params)
+                cursor.execute("SHOW WARNINGS LIMIT 5")
+                warnings = cursor.fetchall()
+        finally:
+            os.unlink(path)
+        if warnings:
+            details = "; ".join(f"{w[0]} {w[1]}: {w[2]}" for w in warnings)
+            raise PermanentSinkError(
+                f"the database rejected values while loading into {table}: {details}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            )
+
+    def merge_staging(self, txn: SqlTransaction) -> None:
+        assert txn.staging is not None
+        options = self.options
+        staging_id = txn.extra["staging_id"]
+        keys = _columns(options.key_columns)
+        order = f"{quote_identifier(options.order_column)} DESC, " if options.order_column else ""
+        flag = quote_identifier(options.delete_column) if options.delete_column else None
+        picked = _columns(txn.columns) + (f", {flag}" if flag else "")
+        winners = (
+            f"SELECT * FROM (SELECT {picked}, ROW_NUMBER() OVER (PARTITION BY {keys} "
+            f"ORDER BY {order}{quote_identifier(SEQ_COLUMN)} DESC) AS twopc_rank "
+            f"FROM {_table(txn.staging)} WHERE {quote_identifier(TXN_COLUMN)} = %s) AS ranked "
+            "WHERE twopc_rank = 1"
+        )
+        target = _table(options.table)
+        with txn.conn.cursor() as cursor:
+            if flag:
+                match = " AND ".join(
+                    f"t.{quote_identifier(k)} = w.{quote_identifier(k)}"
+                    for k in options.key_columns
+                )
+                cursor.execute(
+                    f"DELETE t FROM {target} AS t JOIN ({winners}) AS w ON {match} WHERE w.{flag}",
+                    (staging_id,),
+                )
+            keep = f" WHERE NOT COALESCE(w.{flag}, FALSE)" if flag else ""
+            insert = (
+                f"INSERT INTO {target} ({_columns(txn.columns)}) SELECT "
+                f"{', '.join('w.' + quote_identifier(c) for c in txn.columns)} "
+                f"FROM ({winners}) AS w{keep}"
+            )
+            if options.mode == "upsert":
+                insert += self._on_duplicate(txn)
+            cursor.execute(insert, (staging_id,))
+            cursor.execute(
+                f"DELETE FROM {_table(txn.staging)} WHERE {quote_identifier(TXN_COLUMN)} = %s",
+                (staging_id,),
+            )
+        txn.staging = None
+
+    def _on_duplicate(self, txn: SqlTransaction) -> str:
+        updates = [c for c in txn.columns if c not in self.options.key_columns]
+        if not updates:
+            first = quote_identifier(self.options.key_columns[0])
+            return f" ON DUPLICATE KEY UPDATE {first} = {first}"
+        if "flavor" not in txn.extra:
+            txn.extra["flavor"] = self._flavor(txn.conn)
+        if txn.extra["flavor"] == "mariadb":
+            parts = [f"{quote_identifier(c)} = VALUES({quote_identifier(c)})" for c in updates]
+        else:
+            parts = [f"{quote_identifier(c)} = w.{quote_identifier(c)}" for c in updates]
+        return " ON DUPLICATE KEY UPDATE " + ", ".join(parts)
+
+
+def _txn_id(txn: SqlTransaction) -> str:
+    ctx = txn.ctx
+    return f"{ctx.sink_id}|{ctx.query_id}|{ctx.batch_id}|{ctx.partition}|{ctx.attempt}"
+
+
+def _code(exc: BaseException) -> int | None:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _message(exc: BaseException) -> str:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    if len(args) >= 2:
+        return f"({args[0]}) {args[1]}"
+    return str(exc)

@@ -1,0 +1,356 @@
+"""The ``postgres`` backend: PostgreSQL through psycopg 3.
+
+Appends use binary ``COPY``; upserts and deletes ``COPY`` into an unlogged staging table
+created inside the transaction (temporary tables cannot be prepared), then
+``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT ... DO UPDATE``. Every identifier is
+quoted with ``psycopg.sql.Identifier``; values travel as parameters or through ``COPY``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from twopc import ConfigurationError, PermanentSinkError, SinkError, TransientSinkError
+from twopc_jdbc._base import (
+    SEQ_COLUMN,
+    MarkerKey,
+    SqlSink,
+    SqlTransaction,
+    TransactionId,
+    _close_quietly,
+)
+from twopc_jdbc._options import TableName
+
+__all__ = ["PostgresSink"]
+
+# sqlstate classes that retrying will not fix: authorization, unknown database
+_PERMANENT_OPERATIONAL = ("28", "3D")
+
+
+_PG_TYPES: list[tuple[Callable[[pa.DataType], bool], str]] = [
+    (pa.types.is_boolean, "boolean"),
+    (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t), "smallint"),
+    (lambda t: pa.types.is_int32(t) or pa.types.is_uint16(t), "integer"),
+    (lambda t: pa.types.is_int64(t) or pa.types.is_uint32(t), "bigint"),
+    (pa.types.is_float32, "real"),
+    (pa.types.is_float64, "double precision"),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "text"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "bytea"),
+    (pa.types.is_date, "date"),
+]
+
+
+def _pg_type(arrow_type: pa.DataType) -> str:
+    """The column type ``create_table`` uses for an Arrow type."""
+    if pa.types.is_decimal(arrow_type):
+        return f"numeric({arrow_type.precision},{arrow_type.scale})"
+    if pa.types.is_timestamp(arrow_type):
+        return "timestamptz" if arrow_type.tz else "timestamp"
+    for matches, name in _PG_TYPES:
+        if matches(arrow_type):
+            return name
+    raise ConfigurationError(f"create_table cannot map the Arrow type {arrow_type} to PostgreSQL")
+
+
+class PostgresSink(SqlSink):
+    """Exactly-once writes to a PostgreSQL table.
+
+    Args:
+        dsn: ``postgresql://user:password@host:port/database[?sslmode=require...]``.
+        table: target table, ``name`` or ``schema.name``.
+        mode: ``append`` (binary COPY) or ``upsert`` on ``key_columns``.
+        key_columns: the conflict target for upserts (a unique index must exist) and the
+            keys that ``delete_column`` deletes by.
+        order_column: among duplicate keys of one partition, the row with the largest
+            value wins; input order breaks ties.
+        delete_column: a boolean column; rows where it is true delete their key instead.
+        create_table: create the table from the data's schema if it does not exist.
+        transaction_mode: ``transaction`` (commit in each task) or ``two_phase``
+            (``PREPARE TRANSACTION`` in the task, ``COMMIT PREPARED`` on the driver).
+        marker_table: where commit markers live (created if missing).
+        lock_timeout_seconds: ``lock_timeout`` inside each transaction.
+        connect_options: passed to ``psycopg.connect`` (``sslmode``, ``sslrootcert``, ...).
+    """
+
+    backend_name = "postgres"
+    url_schemes = ("postgresql", "postgres")
+
+    def connect(self, *, autocommit: bool) -> Any:
+        settings = self.settings
+        params: dict[str, Any] = {
+            "host": settings.host,
+            "autocommit": autocommit,
+            **dict(settings.options),
+        }
+        for key, value in (
+            ("port", settings.port),
+            ("user", settings.user),
+            ("password", settings.password),
+            ("dbname", settings.database),
+        ):
+            if value is not None:
+                params[key] = value
+        try:
+            return psycopg.connect(**params)
+        except psycopg.Error as exc:
+            raise self.classify(exc)(
+                f"cannot connect to {settings.describe()}: {_first_line(exc)}"
+            ) from exc
+
+    def classify(self, exc: Exception) -> type[SinkError]:
+        state = getattr(exc, "sqlstate", None) or ""
+        if isinstance(exc, psycopg.OperationalError):
+            if state.startswith(_PERMANENT_OPERATIONAL) or "password authentication" in str(exc):
+                return PermanentSinkError
+            return TransientSinkError
+        if isinstance(exc, psycopg.InterfaceError):
+            return TransientSinkError
+        return PermanentSinkError
+
+    # -- identifiers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _ident(table: TableName) -> sql.Composable:
+        if table.schema:
+            return sql.Identifier(table.schema, table.name)
+        return sql.Identifier(table.name)
+
+    @staticmethod
+    def _columns(names: Any) -> sql.Composable:
+        return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+    # -- markers and transactions -----------------------------------------------------------
+
+    def ensure_marker_table(self, conn: Any) -> None:
+        statement = sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
+            "batch_id bigint NOT NULL, partition_id integer NOT NULL, attempt integer NOT NULL, "
+            "committed_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
+        ).format(self._ident(self.options.marker_table))
+        # another task may create it at the same moment
+        with contextlib.suppress(pgerrors.UniqueViolation, pgerrors.DuplicateTable):
+            conn.execute(statement)
+        if self.two_phase:
+            value = conn.execute("SHOW max_prepared_transactions").fetchone()[0]
+            if int(value) == 0:
+                raise PermanentSinkError(
+                    "transaction_mode='two_phase' needs prepared transactions, but the server "
+                    "has max_prepared_transactions = 0; set it above 0 (e.g. 64) and restart "
+                    "PostgreSQL, or use transaction_mode='transaction'"
+                )
+
+    def marker_exists(self, conn: Any, key: MarkerKey) -> bool:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT 1 FROM {} WHERE sink_id = %s AND query_id = %s AND batch_id = %s "
+                "AND partition_id = %s"
+            ).format(self._ident(self.options.marker_table)),
+            (key.sink_id, key.query_id, key.batch_id, key.partition),
+        ).fetchone()
+        return row is not None
+
+    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (sink_id, query_id, batch_id, partition_id, attempt) "
+                "VALUES (%s, %s, %s, %s, %s)"
+            ).format(self._ident(self.options.marker_table)),
+            (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
+        )
+
+    def begin(self, conn: Any, xid: TransactionId | None) -> None:
+        conn.autocommit = False
+        if xid is not None:
+            conn.tpc_begin(xid.gid)
+        timeout = f"{int(self.options.lock_timeout_seconds * 1000)}ms"
+        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(timeout)))
+
+    def prepare(self, txn: SqlTransaction) -> None:
+        txn.conn.tpc_prepare()
+
+    def rollback(self, txn: SqlTransaction) -> None:
+        if txn.xid is not None and not txn.skip:
+            txn.conn.tpc_rollback()
+        else:
+            txn.conn.rollback()
+
+    def _on_server(self, statement: sql.Composable) -> bool:
+        conn = self.connect(autocommit=True)
+        try:
+            conn.execute(statement)
+            return True
+        except pgerrors.UndefinedObject:
+            return False
+        finally:
+            _close_quietly(conn)
+
+    def commit_prepared(self, xid: TransactionId) -> bool:
+        return self._on_server(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(xid.gid)))
+
+    def rollback_prepared(self, xid: TransactionId) -> bool:
+        return self._on_server(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(xid.gid)))
+
+    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
+        conn = self.connect(autocommit=True)
+        try:
+            rows = conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                "AND starts_with(gid, %s) ORDER BY gid",
+                (TransactionId.gtrid_prefix(sink_id),),
+            ).fetchall()
+        finally:
+            _close_quietly(conn)
+        return [x for x in (TransactionId.parse_gid(r[0]) for r in rows) if x is not None]
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def table_columns(self, conn: Any, table: TableName) -> list[str] | None:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = coalesce(%s, current_schema()) AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (table.schema, table.name),
+        ).fetchall()
+        return [r[0] for r in rows] or None
+
+    def create_table(self, schema: pa.Schema) -> None:
+        columns = [
+            sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.type)))
+            for f in schema
+            if f.name != SEQ_COLUMN
+        ]
+        if self.options.key_columns:
+            columns.append(
+                sql.SQL("PRIMARY KEY ({})").format(self._columns(self.options.key_columns))
+            )
+        conn = self.connect(autocommit=True)
+        try:
+            conn.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                    self._ident(self.options.table), sql.SQL(", ").join(columns)
+                )
+            )
+        except (pgerrors.UniqueViolation, pgerrors.DuplicateTable):
+            pass
+        finally:
+            _close_quietly(conn)
+
+    def _column_types(self, conn: Any, table: TableName) -> dict[str, str]:
+        regclass = self._ident(table).as_string(conn)
+        rows = conn.execute(
+            "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+            (regclass,),
+        ).fetchall()
+        return dict(rows)
+
+    def open_staging(self, txn: SqlTransaction, schema: pa.Schema) -> TableName:
+        digest = hashlib.sha256(
+            f"{txn.ctx.sink_id}\0{txn.ctx.query_id}\0{txn.ctx.batch_id}\0{txn.ctx.partition}"
+            f"\0{txn.ctx.attempt}".encode()
+        ).hexdigest()[:16]
+        staging = TableName(f"twopc_stage_{digest}", self.options.table.schema)
+        target = self._ident(self.options.table)
+        data_columns = list(txn.columns)
+        conn = txn.conn
+        conn.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+                self._ident(staging), self._columns(data_columns), target
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} bigint").format(
+                self._ident(staging), sql.Identifier(SEQ_COLUMN)
+            )
+        )
+        if self.options.delete_column:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} boolean").format(
+                    self._ident(staging), sql.Identifier(self.options.delete_column)
+                )
+            )
+        return staging
+
+    def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
+        conn = txn.conn
+        types_key = f"types:{table}"
+        if types_key not in txn.extra:
+            txn.extra[types_key] = self._column_types(conn, table)
+        types: dict[str, str] = txn.extra[types_key]
+        names = batch.schema.names
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            self._ident(table), self._columns(names)
+        )
+        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        try:
+            with conn.cursor() as cursor, cursor.copy(statement) as copy:
+                copy.set_types([types[n] for n in names])
+                for row in zip(*columns, strict=True):
+                    copy.write_row(row)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise PermanentSinkError(
+                f"a value does not fit its column in {table}: {type(exc).__name__}: {exc}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            ) from exc
+
+    def merge_staging(self, txn: SqlTransaction) -> None:
+        assert txn.staging is not None
+        options = self.options
+        keys = self._columns(options.key_columns)
+        order = (
+            [sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(options.order_column))]
+            if (options.order_column)
+            else []
+        )
+        order.append(sql.SQL("{} DESC").format(sql.Identifier(SEQ_COLUMN)))
+        winners = sql.SQL(
+            "SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, {order}"
+        ).format(keys=keys, stage=self._ident(txn.staging), order=sql.SQL(", ").join(order))
+        target = self._ident(options.table)
+        columns = self._columns(txn.columns)
+        if options.delete_column:
+            flag = sql.Identifier(options.delete_column)
+            match = sql.SQL(" AND ").join(
+                sql.SQL("t.{k} = w.{k}").format(k=sql.Identifier(k)) for k in options.key_columns
+            )
+            txn.conn.execute(
+                sql.SQL(
+                    "DELETE FROM {target} AS t USING ({winners}) AS w WHERE {match} AND w.{flag}"
+                ).format(target=target, winners=winners, match=match, flag=flag)
+            )
+            keep: sql.Composable = sql.SQL(" WHERE NOT coalesce(w.{}, false)").format(flag)
+        else:
+            keep = sql.SQL("")
+        insert = sql.SQL(
+            "INSERT INTO {target} ({columns}) SELECT {columns} FROM ({winners}) AS w{keep}"
+        ).format(target=target, columns=columns, winners=winners, keep=keep)
+        if options.mode == "upsert":
+            updates = [c for c in txn.columns if c not in options.key_columns]
+            action: sql.Composable
+            if updates:
+                action = sql.SQL("DO UPDATE SET {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
+                    )
+                )
+            else:
+                action = sql.SQL("DO NOTHING")
+            insert = sql.SQL("{} ON CONFLICT ({}) {}").format(insert, keys, action)
+        txn.conn.execute(insert)
+        txn.conn.execute(sql.SQL("DROP TABLE {}").format(self._ident(txn.staging)))
+        txn.staging = None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
