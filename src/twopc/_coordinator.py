@@ -260,6 +260,11 @@ class BatchEngine(Protocol):
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]: ...
 
+    def discard(self) -> None:
+        """Consume the batch's input without writing it (a skipped replay). Spark needs
+        every partition of a stateful query evaluated before it commits the state."""
+        ...
+
 
 @dataclass
 class _Recovery:
@@ -389,6 +394,7 @@ class Coordinator:
                 batch_id,
                 query_id,
             )
+            engine.discard()
             return self._finish(base, started)
         self._check_order(query_id, batch_id)
 
@@ -404,7 +410,7 @@ class Coordinator:
                 raise
             if isinstance(exc, Exception):
                 raise BatchFailedError(
-                    f"phase 1 failed, nothing was committed: {_short(exc)}",
+                    f"phase 1 failed ({self._what_stays()}): {_short(exc)}",
                     sink_id=self.sink_id,
                     batch_id=batch_id,
                 ) from exc
@@ -490,7 +496,7 @@ class Coordinator:
             first = min(failed, key=lambda r: r.partition)
             raise BatchFailedError(
                 f"{first.error} ({len(failed)} of {len(by_partition)} partition(s) rejected "
-                "their data; nothing of the batch was committed)",
+                f"their data; {self._what_stays()})",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
                 partition=first.partition,
@@ -522,6 +528,14 @@ class Coordinator:
                 )
             committables.append(committable)
         return committables
+
+    def _what_stays(self) -> str:
+        if self.sink.capabilities.commit_in_task:
+            return (
+                "partitions that committed in their tasks stay committed and are skipped "
+                "when the batch runs again"
+            )
+        return "nothing of the batch was committed"
 
     def _abort_batch(self, batch_id: int) -> None:
         """Phase 1 failed: abort everything prepared for the batch, including attempts

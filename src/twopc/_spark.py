@@ -48,6 +48,11 @@ class _SparkEngine:
         rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
         return [TaskReport.loads(row["report"]) for row in rows]
 
+    def discard(self) -> None:
+        # Evaluate every partition, writing nothing: a stateful query's state stores must
+        # commit for the replayed batch too, or Spark fails its commit validation.
+        self._df.write.format("noop").mode("overwrite").save()
+
 
 class SparkBatchWriter(BatchWriter):
     """The function given to ``foreachBatch``: ``writer(df, batch_id)``.

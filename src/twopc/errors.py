@@ -17,6 +17,7 @@ streaming query names what failed and why::
     │   └── CommitError               phase 2 failed
     │       └── CommitStateUnknownError  we cannot tell whether the commit happened
     ├── BatchFailedError              phase 1 failed; nothing of the batch was committed
+    │                                 (commit_in_task sinks: partitions already committed stay)
     └── InjectedFault                 raised by fault injection (tests, demo, conformance kit)
 
 ``retryable`` tells the coordinator whether retrying the same call may help
@@ -143,7 +144,9 @@ class CommitStateUnknownError(CommitError):
 
 
 class BatchFailedError(TwoPCError):
-    """Phase 1 failed for the batch. Everything prepared was aborted; nothing is visible."""
+    """Phase 1 failed for the batch. Everything prepared was aborted; nothing is visible,
+    except, for ``commit_in_task`` sinks, partitions whose tasks had committed (a rerun of
+    the batch skips them)."""
 
 
 class InjectedFault(TwoPCError):

@@ -88,6 +88,9 @@ class LocalEngine:
             )
         return [reports[p] for p in sorted(reports)]
 
+    def discard(self) -> None:
+        """In-memory partitions need no evaluation."""
+
     def _run_attempts(
         self, task: Phase1Task, partitions: list[int], attempt: int
     ) -> dict[int, tuple[TaskReport | None, str | None]]:

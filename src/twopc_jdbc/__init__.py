@@ -1,6 +1,6 @@
 """Exactly-once Postgres and MySQL/MariaDB sinks for twopc.
 
-Create sinks by name (``twopc.create_sink("postgres", dsn, table=...)``) or import the
+Create sinks by name (``twopc.create_sink("postgres", dsn=..., table=...)``) or import the
 classes; each backend imports its driver only when used::
 
     from twopc_jdbc.postgres import PostgresSink   # needs twopc[postgres]

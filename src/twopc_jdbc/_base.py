@@ -32,6 +32,7 @@ from twopc import (
     CommitError,
     CommitOutcome,
     Committable,
+    ConfigurationError,
     PermanentSinkError,
     Sink,
     SinkError,
@@ -132,6 +133,8 @@ class SqlSink(Sink[SqlTransaction]):
     """Base class of the SQL sinks; a backend implements the database-specific hooks."""
 
     url_schemes: ClassVar[tuple[str, ...]] = ()
+    reserved_options: ClassVar[tuple[str, ...]] = ()
+    """Connection options the sink sets itself; users may not override them."""
 
     def __init__(
         self,
@@ -162,6 +165,11 @@ class SqlSink(Sink[SqlTransaction]):
             lock_timeout_seconds=lock_timeout_seconds,
         )
         self.settings = ConnectionSettings.from_url(dsn, self.url_schemes, connect_options)
+        clash = sorted(set(self.settings.options) & set(self.reserved_options))
+        if clash:
+            raise ConfigurationError(
+                f"connect_options {clash} are managed by the {self.backend_name} sink itself"
+            )
         two_phase = transaction_mode == "two_phase"
         self.capabilities = Capabilities(
             global_commit=two_phase,
@@ -236,6 +244,19 @@ class SqlSink(Sink[SqlTransaction]):
     @abstractmethod
     def merge_staging(self, txn: SqlTransaction) -> None:
         """De-duplicate the staged rows, apply deletes and upsert into the target."""
+
+    def staging_table(self, c: Committable | TaskContext) -> TableName | None:
+        """The staging table a task uses when it outlives the transaction (MySQL: DDL is
+        not allowed inside XA, so it is created before and dropped after). None when the
+        staging table lives and dies inside the transaction (Postgres)."""
+        return None
+
+    def discard_staging(self, table: TableName) -> None:
+        """Drop a staging table returned by :meth:`staging_table`."""
+
+    def sweep_staging(self, sink_id: str, keep: set[TableName]) -> int:
+        """Drop this sink's leftover staging tables except ``keep``; returns how many."""
+        return 0
 
     @abstractmethod
     def prepare(self, txn: SqlTransaction) -> None: ...
@@ -434,11 +455,25 @@ class SqlSink(Sink[SqlTransaction]):
             _log.warning("rollback failed; the database rolls back on disconnect", exc_info=True)
         finally:
             _close_quietly(txn.conn)
+        self._discard(txn.ctx)
+
+    def _discard(self, owner: Committable | TaskContext) -> None:
+        table = self.staging_table(owner) if self.options.needs_staging else None
+        if table is None:
+            return
+        try:
+            self.discard_staging(table)
+        except Exception:
+            _log.warning("dropping staging table %s failed; sweep retries", table, exc_info=True)
 
     # -- phase 2 --------------------------------------------------------------------------
 
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        return [self._commit_one(c) for c in committables]
+        outcomes = []
+        for c in committables:
+            outcomes.append(self._commit_one(c))
+            self._discard(c)
+        return outcomes
 
     def _commit_one(self, c: Committable) -> CommitOutcome:
         if c.payload.get("skipped"):
@@ -503,8 +538,16 @@ class SqlSink(Sink[SqlTransaction]):
                 self.rollback_prepared(
                     TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
                 )
+            self._discard(c)
 
     # -- recovery -------------------------------------------------------------------------
+
+    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
+        if not self.options.needs_staging:
+            return 0
+        prepared = [*keep, *self.recover(sink_id)]
+        tables = {t for t in (self.staging_table(c) for c in prepared) if t is not None}
+        return self.sweep_staging(sink_id, tables)
 
     def recover(self, sink_id: str) -> list[Committable]:
         if not self.two_phase:

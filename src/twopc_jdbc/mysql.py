@@ -1,8 +1,8 @@
 """The ``mysql`` backend: MySQL 8 and MariaDB 10.5+ through PyMySQL.
 
 Rows are bulk-loaded with ``LOAD DATA LOCAL INFILE`` from a CSV file pyarrow writes (no
-Python object per value); ``LOCAL`` turns data errors into warnings, so every load checks
-``@@warning_count`` and fails the batch on any warning. Upserts and deletes load into a
+Python object per value); ``LOCAL`` turns data errors into warnings, so every load reads
+``SHOW WARNINGS`` and fails the batch on any warning. Upserts and deletes load into a
 permanent staging table (DDL would end an XA transaction, so it is created beforehand, and
 each transaction's rows carry its id), then ``INSERT ... SELECT`` the last row per key
 (``ROW_NUMBER()``) ``ON DUPLICATE KEY UPDATE``: MariaDB's ``VALUES(col)`` form, or MySQL's
@@ -23,7 +23,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pymysql
 
-from twopc import ConfigurationError, PermanentSinkError, SinkError, TransientSinkError
+from twopc import (
+    Committable,
+    ConfigurationError,
+    PermanentSinkError,
+    SinkError,
+    TaskContext,
+    TransientSinkError,
+)
 from twopc_jdbc._base import (
     SEQ_COLUMN,
     MarkerKey,
@@ -36,7 +43,7 @@ from twopc_jdbc._options import TableName
 
 __all__ = ["MySQLSink", "quote_identifier"]
 
-TXN_COLUMN = "twopc_txn"
+_STAGING_PREFIX = "twopc_stage_"
 
 # client errors (can't connect, server gone, lost connection), lock wait timeout, deadlock,
 # server shutdown: retrying may help
@@ -117,6 +124,7 @@ class MySQLSink(SqlSink):
 
     backend_name = "mysql"
     url_schemes = ("mysql", "mariadb")
+    reserved_options = ("autocommit", "local_infile")
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -129,7 +137,9 @@ class MySQLSink(SqlSink):
             "autocommit": autocommit,
             "local_infile": True,
             "charset": "utf8mb4",
-            **dict(settings.options),
+            # Timestamps are written as UTC; TIMESTAMP columns must not shift them.
+            "init_command": "SET time_zone = '+00:00'",
+            **{key: _coerce(value) for key, value in settings.options.items()},
         }
         try:
             return pymysql.connect(**params)
@@ -137,6 +147,8 @@ class MySQLSink(SqlSink):
             raise self.classify(exc)(
                 f"cannot connect to {settings.describe()}: {_message(exc)}"
             ) from exc
+        except TypeError as exc:
+            raise ConfigurationError(f"bad connection option for pymysql: {exc}") from exc
 
     def classify(self, exc: Exception) -> type[SinkError]:
         code = _code(exc)
@@ -195,6 +207,10 @@ class MySQLSink(SqlSink):
                 "SET SESSION innodb_lock_wait_timeout = %s",
                 (max(1, int(self.options.lock_timeout_seconds)),),
             )
+            # READ COMMITTED takes no gap locks: the tasks of one batch touch disjoint keys,
+            # and a prepared XA branch keeps its locks until the driver commits it, so with
+            # gap locks (REPEATABLE READ) one task could wait on another's prepared branch.
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if xid is not None:
                 cursor.execute("XA START %s, %s", (xid.gtrid, xid.bqual))
             else:
@@ -285,31 +301,65 @@ class MySQLSink(SqlSink):
         finally:
             _close_quietly(conn)
 
+    def staging_table(self, c: Committable | TaskContext) -> TableName:
+        """One staging table per task attempt, named after it: tasks never share one, so
+        they never wait on each other's (possibly prepared) locks in it."""
+        sink = hashlib.sha256(c.sink_id.encode()).hexdigest()[:8]
+        task = hashlib.sha256(
+            f"{c.query_id}\0{c.batch_id}\0{c.partition}\0{c.attempt}".encode()
+        ).hexdigest()[:20]
+        return TableName(f"{_STAGING_PREFIX}{sink}_{task}", self.options.table.schema)
+
     def open_staging(self, txn: SqlTransaction, schema: pa.Schema) -> TableName:
-        """A permanent staging table shared by the sink's transactions (created outside
-        any transaction: DDL commits implicitly and is not allowed inside XA)."""
+        """Create the task's staging table outside the transaction (DDL commits implicitly
+        and is not allowed inside XA); it is dropped after commit or abort, or swept."""
         options = self.options
-        digest = hashlib.sha256(f"{options.table}\0{options.delete_column}".encode()).hexdigest()[
-            :12
-        ]
-        staging = TableName(f"twopc_stage_{digest}", options.table.schema)
+        staging = self.staging_table(txn.ctx)
         flag = (
             f", {quote_identifier(options.delete_column)} BOOLEAN" if options.delete_column else ""
         )
         conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
+                cursor.execute(f"DROP TABLE IF EXISTS {_table(staging)}")
                 cursor.execute(
-                    f"CREATE TABLE IF NOT EXISTS {_table(staging)} ("
-                    f"{quote_identifier(TXN_COLUMN)} VARCHAR(140) NOT NULL DEFAULT '', "
-                    f"{quote_identifier(SEQ_COLUMN)} BIGINT NOT NULL DEFAULT 0{flag}, "
-                    f"KEY ({quote_identifier(TXN_COLUMN)})) ENGINE=InnoDB "
-                    f"SELECT * FROM {_table(options.table)} WHERE 1 = 0"
+                    f"CREATE TABLE {_table(staging)} ("
+                    f"{quote_identifier(SEQ_COLUMN)} BIGINT NOT NULL DEFAULT 0{flag}) "
+                    f"ENGINE=InnoDB SELECT * FROM {_table(options.table)} WHERE 1 = 0"
                 )
         finally:
             _close_quietly(conn)
-        txn.extra["staging_id"] = _txn_id(txn)
         return staging
+
+    def discard_staging(self, table: TableName) -> None:
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"DROP TABLE IF EXISTS {_table(table)}")
+        finally:
+            _close_quietly(conn)
+
+    def sweep_staging(self, sink_id: str, keep: set[TableName]) -> int:
+        prefix = f"{_STAGING_PREFIX}{hashlib.sha256(sink_id.encode()).hexdigest()[:8]}_"
+        schema = self.options.table.schema
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE "
+                    "table_schema = COALESCE(%s, DATABASE()) AND table_name LIKE %s",
+                    (schema, prefix.replace("_", "\\_") + "%"),
+                )
+                names = [str(r[0]) for r in cursor.fetchall()]
+                dropped = 0
+                for name in names:
+                    table = TableName(name, schema)
+                    if table not in keep:
+                        cursor.execute(f"DROP TABLE IF EXISTS {_table(table)}")
+                        dropped += 1
+        finally:
+            _close_quietly(conn)
+        return dropped
 
     def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
         try:
@@ -330,12 +380,8 @@ class MySQLSink(SqlSink):
                 "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '' "
                 f"LINES TERMINATED BY '\\n' ({_columns(batch.schema.names)})"
             )
-            params: tuple[Any, ...] = (path,)
-            if table != self.options.table:
-                statement += f" SET {quote_identifier(TXN_COLUMN)} = %s"
-                params = (path, txn.extra["staging_id"])
             with txn.conn.cursor() as cursor:
-                cursor.execute(statement, params)
+                cursor.execute(statement, (path,))
                 cursor.execute("SHOW WARNINGS LIMIT 5")
                 warnings = cursor.fetchall()
         finally:
@@ -352,7 +398,6 @@ class MySQLSink(SqlSink):
     def merge_staging(self, txn: SqlTransaction) -> None:
         assert txn.staging is not None
         options = self.options
-        staging_id = txn.extra["staging_id"]
         keys = _columns(options.key_columns)
         order = f"{quote_identifier(options.order_column)} DESC, " if options.order_column else ""
         flag = quote_identifier(options.delete_column) if options.delete_column else None
@@ -360,7 +405,7 @@ class MySQLSink(SqlSink):
         winners = (
             f"SELECT * FROM (SELECT {picked}, ROW_NUMBER() OVER (PARTITION BY {keys} "
             f"ORDER BY {order}{quote_identifier(SEQ_COLUMN)} DESC) AS twopc_rank "
-            f"FROM {_table(txn.staging)} WHERE {quote_identifier(TXN_COLUMN)} = %s) AS ranked "
+            f"FROM {_table(txn.staging)}) AS ranked "
             "WHERE twopc_rank = 1"
         )
         target = _table(options.table)
@@ -371,8 +416,7 @@ class MySQLSink(SqlSink):
                     for k in options.key_columns
                 )
                 cursor.execute(
-                    f"DELETE t FROM {target} AS t JOIN ({winners}) AS w ON {match} WHERE w.{flag}",
-                    (staging_id,),
+                    f"DELETE t FROM {target} AS t JOIN ({winners}) AS w ON {match} WHERE w.{flag}"
                 )
             keep = f" WHERE NOT COALESCE(w.{flag}, FALSE)" if flag else ""
             insert = (
@@ -382,11 +426,7 @@ class MySQLSink(SqlSink):
             )
             if options.mode == "upsert":
                 insert += self._on_duplicate(txn)
-            cursor.execute(insert, (staging_id,))
-            cursor.execute(
-                f"DELETE FROM {_table(txn.staging)} WHERE {quote_identifier(TXN_COLUMN)} = %s",
-                (staging_id,),
-            )
+            cursor.execute(insert)
         txn.staging = None
 
     def _on_duplicate(self, txn: SqlTransaction) -> str:
@@ -403,9 +443,15 @@ class MySQLSink(SqlSink):
         return " ON DUPLICATE KEY UPDATE " + ", ".join(parts)
 
 
-def _txn_id(txn: SqlTransaction) -> str:
-    ctx = txn.ctx
-    return f"{ctx.sink_id}|{ctx.query_id}|{ctx.batch_id}|{ctx.partition}|{ctx.attempt}"
+def _coerce(value: Any) -> Any:
+    """Options from a URL's query string arrive as text; pymysql wants ints and bools."""
+    if not isinstance(value, str):
+        return value
+    if value.isdigit():
+        return int(value)
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
 
 
 def _code(exc: BaseException) -> int | None:

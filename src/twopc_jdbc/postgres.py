@@ -82,6 +82,7 @@ class PostgresSink(SqlSink):
 
     backend_name = "postgres"
     url_schemes = ("postgresql", "postgres")
+    reserved_options = ("autocommit",)
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -130,15 +131,20 @@ class PostgresSink(SqlSink):
     # -- markers and transactions -----------------------------------------------------------
 
     def ensure_marker_table(self, conn: Any) -> None:
-        statement = sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
-            "batch_id bigint NOT NULL, partition_id integer NOT NULL, attempt integer NOT NULL, "
-            "committed_at timestamptz NOT NULL DEFAULT now(), "
-            "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
-        ).format(self._ident(self.options.marker_table))
-        # another task may create it at the same moment
-        with contextlib.suppress(pgerrors.UniqueViolation, pgerrors.DuplicateTable):
-            conn.execute(statement)
+        marker = self._ident(self.options.marker_table)
+        # Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the schema
+        # even when the table exists, and writers often lack it.
+        found = conn.execute("SELECT to_regclass(%s)", (marker.as_string(conn),)).fetchone()[0]
+        if found is None:
+            statement = sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
+                "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
+                "attempt integer NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
+            ).format(marker)
+            # another task may create it at the same moment
+            with contextlib.suppress(pgerrors.UniqueViolation, pgerrors.DuplicateTable):
+                conn.execute(statement)
         if self.two_phase:
             value = conn.execute("SHOW max_prepared_transactions").fetchone()[0]
             if int(value) == 0:

@@ -44,3 +44,13 @@ def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int 
         ids.update(range(first, first + rows_per_batch))
         (directory / f"orders-{start + b:06d}.json").write_text("\n".join(lines) + "\n")
     return ids
+
+
+# The real-service fixtures (Postgres, MariaDB, Kafka) live with the integration tests.
+from tests.integration.conftest import (  # noqa: E402, F401
+    mysql_dsn,
+    mysql_params,
+    postgres_dsn,
+    services,
+    services_cli,
+)

@@ -1,0 +1,157 @@
+"""Crash matrix for the SQL sinks on real PostgreSQL and MariaDB: the query process (local
+engine, no JVM) is SIGKILLed at every crash point that applies to the transaction mode,
+restarted from its checkpoint, and the table must then hold every row exactly once, with
+no prepared transaction of the sink left behind.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pymysql
+import pytest
+
+from tests.helpers import run_process
+from tests.integration.services import parse_mysql_dsn
+from twopc.faults import CrashPoint
+from twopc_jdbc._base import TransactionId
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+BATCHES, PARTITIONS, ROWS, CRASH_BATCH = 3, 2, 20, 1
+EXPECTED = {b * 1000 + i for b in range(BATCHES) for i in range(PARTITIONS * ROWS)}
+
+TASK_POINTS = [
+    CrashPoint.BEFORE_BEGIN,
+    CrashPoint.AFTER_INVOKE,
+    CrashPoint.BEFORE_PRE_COMMIT,
+    CrashPoint.AFTER_PRE_COMMIT,
+]
+DRIVER_POINTS = [CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION, CrashPoint.AFTER_COMMIT]
+POINTS = {
+    "transaction": [
+        *TASK_POINTS,
+        CrashPoint.BEFORE_TASK_COMMIT,
+        CrashPoint.AFTER_TASK_COMMIT,
+        *DRIVER_POINTS,
+    ],
+    "two_phase": [*TASK_POINTS, *DRIVER_POINTS, CrashPoint.BETWEEN_COMMITS],
+}
+CASES = [
+    (backend, mode, point)
+    for backend in ("postgres", "mysql")
+    for mode, points in POINTS.items()
+    for point in points
+]
+
+
+class Database:
+    """Just enough SQL for the test: create a table, read ids, list prepared branches."""
+
+    def __init__(self, backend: str, dsn: str) -> None:
+        self.backend, self.dsn = backend, dsn
+
+    def _connect(self) -> Any:
+        if self.backend == "postgres":
+            return psycopg.connect(self.dsn, autocommit=True)
+        return pymysql.connect(**parse_mysql_dsn(self.dsn).connect_kwargs(), autocommit=True)
+
+    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        conn = self._connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement, params)
+                return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            conn.close()
+
+    def create(self, table: str) -> None:
+        self.query(f"CREATE TABLE {table} (id BIGINT, payload VARCHAR(40))")
+
+    def drop(self, table: str) -> None:
+        self.query(f"DROP TABLE IF EXISTS {table}")
+
+    def ids(self, table: str) -> Counter[int]:
+        return Counter(int(r[0]) for r in self.query(f"SELECT id FROM {table}"))
+
+    def prepared(self, sink_id: str) -> list[str]:
+        prefix = TransactionId.gtrid_prefix(sink_id)
+        if self.backend == "postgres":
+            rows = self.query("SELECT gid FROM pg_prepared_xacts")
+            return [r[0] for r in rows if r[0].startswith(prefix)]
+        rows = self.query("XA RECOVER")
+        return [bytes(r[3]).decode() for r in rows if bytes(r[3]).decode().startswith(prefix)]
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest) -> Database:
+    backend = request.param
+    dsn = request.getfixturevalue("postgres_dsn" if backend == "postgres" else "mysql_dsn")
+    return Database(backend, dsn)
+
+
+def _query(db: Database, tmp_path: Path, table: str, mode: str, sink_id: str) -> list[str]:
+    return [
+        "tests/e2e/local_sql_query.py",
+        "--backend",
+        db.backend,
+        "--dsn",
+        db.dsn,
+        "--table",
+        table,
+        "--transaction-mode",
+        mode,
+        "--checkpoint",
+        str(tmp_path / "chk"),
+        "--batches",
+        str(BATCHES),
+        "--partitions",
+        str(PARTITIONS),
+        "--rows",
+        str(ROWS),
+        "--sink-id",
+        sink_id,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("database", "mode", "point"),
+    CASES,
+    ids=[f"{b}-{m}-{p.value}" for b, m, p in CASES],
+    indirect=["database"],
+)
+def test_sigkill_at_crash_point_then_restart(
+    database: Database, tmp_path: Path, mode: str, point: CrashPoint
+) -> None:
+    table = f"crash_{uuid.uuid4().hex[:10]}"
+    sink_id = f"crash-{uuid.uuid4().hex[:8]}"
+    database.create(table)
+    try:
+        where = "" if point.on_driver else ",partition=1"
+        rows = ",rows=10" if point is CrashPoint.AFTER_INVOKE else ""
+        first = run_process(
+            _query(database, tmp_path, table, mode, sink_id),
+            faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}",
+            timeout=120,
+        )
+        expected_code = -signal.SIGKILL if point.on_driver else 1
+        assert first.returncode == expected_code, first.stderr[-3000:]
+        visible = database.ids(table)
+        assert all(n == 1 for n in visible.values()), "duplicates after the crash"
+        assert set(visible) <= EXPECTED
+
+        second = run_process(_query(database, tmp_path, table, mode, sink_id), timeout=120)
+        assert second.returncode == 0, second.stderr[-3000:]
+        ids = database.ids(table)
+        assert sorted(ids.elements()) == sorted(EXPECTED), (
+            f"duplicates: {[i for i, n in ids.items() if n > 1][:10]}, "
+            f"missing: {sorted(EXPECTED - set(ids))[:10]}"
+        )
+        assert database.prepared(sink_id) == []
+    finally:
+        database.drop(table)
