@@ -91,7 +91,9 @@ class SparkBatchWriter(BatchWriter):
             self._checked_queries.add(query_id)
 
         keys = self.sink.partition_columns()
-        if keys:
+        if self.sink.capabilities.single_transaction:
+            df = df.repartition(1)
+        elif keys:
             df = df.repartition(*keys)
         if self._persist:
             df = df.persist()

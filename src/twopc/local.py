@@ -180,6 +180,8 @@ class LocalBatchWriter(BatchWriter):
         partitions: Sequence[pa.Table],
         checkpoint_root: str | None = None,
     ) -> BatchMetrics:
+        if self.sink.capabilities.single_transaction and len(partitions) > 1:
+            partitions = [pa.concat_tables(partitions)]
         engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
         return self.run(query_id, batch_id, engine, lambda: checkpoint_root)
 

@@ -72,6 +72,8 @@ class Capabilities:
             (Kafka, SQL ``transaction`` mode). Replays are then skipped per partition by the
             sink's own markers.
         atomic_batch_visibility: readers never see part of a micro-batch.
+        single_transaction: each micro-batch is written by one task in one transaction
+            (the engine merges the batch into a single partition first).
         recover: :meth:`Sink.recover` finds prepared work left by a crashed run.
         modes: write modes the sink supports, e.g. ``("append",)`` or ``("append", "upsert")``.
     """
@@ -79,6 +81,7 @@ class Capabilities:
     global_commit: bool = True
     commit_in_task: bool = False
     atomic_batch_visibility: bool = False
+    single_transaction: bool = False
     recover: bool = True
     modes: tuple[str, ...] = ("append",)
 

@@ -11,9 +11,8 @@ def twopc_sinks() -> list[SinkSpec]:
         SinkSpec(
             name="kafka",
             factory="twopc_kafka.sink:KafkaSink",
-            description="Kafka transactions (per-partition or atomic), read_committed readers",
+            description="Kafka transactions (per partition, or atomic per batch)",
             requires=("confluent_kafka",),
             install_hint='pip install "twopc[kafka]"',
-            unavailable="not implemented in twopc 0.1 yet (planned: the Kafka backend issue)",
         )
     ]

@@ -48,6 +48,7 @@ def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int 
 
 # The real-service fixtures (Postgres, MariaDB, Kafka) live with the integration tests.
 from tests.integration.conftest import (  # noqa: E402, F401
+    kafka_bootstrap,
     mysql_dsn,
     mysql_params,
     postgres_dsn,

@@ -28,8 +28,7 @@ from twopc_files import FilesSink
 
 pytestmark = pytest.mark.unit
 
-PLANNED = ("kafka",)
-USABLE = ("files", "postgres", "mysql")  # their extras are installed in the test environment
+USABLE = ("files", "kafka", "postgres", "mysql")  # their extras are installed for the tests
 
 
 class _NullSink(Sink[list[Any]]):
@@ -130,7 +129,7 @@ def _by_name(registry: PluginRegistry) -> dict[str, Any]:
 # -- installed entry points ------------------------------------------------------------------
 
 
-def test_entry_points_provide_files_and_list_the_planned_backends(
+def test_entry_points_provide_the_first_party_backends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(DISABLE_ENV_VAR, raising=False)
@@ -143,11 +142,23 @@ def test_entry_points_provide_files_and_list_the_planned_backends(
     assert infos["files"].plugin == "files"
     assert infos["files"].distribution == "twopc"
     assert infos["files"].version == twopc.__version__
-    for name in PLANNED:
-        assert not infos[name].usable, name
-        assert infos[name].reason not in ("", "ok"), name
-        with pytest.raises(BackendUnavailableError, match=name):
-            registry.create_sink(name)
+    for name in USABLE:
+        assert infos[name].usable, (name, infos[name].reason)
+        assert infos[name].distribution == "twopc"
+
+
+class _UnavailablePlugin:
+    @twopc.hookimpl
+    def twopc_sinks(self) -> list[SinkSpec]:
+        return [SinkSpec("someday", "nowhere:Sink", unavailable="not implemented yet")]
+
+
+def test_an_unavailable_backend_is_listed_with_its_reason_and_refuses_creation() -> None:
+    registry = PluginRegistry([_UnavailablePlugin()], entry_points=False)
+    (info,) = registry.backends()
+    assert (info.name, info.usable, info.reason) == ("someday", False, "not implemented yet")
+    with pytest.raises(BackendUnavailableError, match="someday.*not implemented yet"):
+        registry.create_sink("someday")
 
 
 def test_create_files_sink_by_name(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,8 +290,6 @@ def test_cli_plugins_table(
     assert out.splitlines()[0].split()[:4] == ["BACKEND", "PLUGIN", "VERSION", "USABLE"]
     for name in USABLE:
         assert "yes" in rows[name]
-    for name in PLANNED:
-        assert "no" in rows[name]
 
 
 def test_cli_plugins_json(
@@ -292,7 +301,6 @@ def test_cli_plugins_json(
     backends = {b["name"]: b for b in body["backends"]}
     assert all(backends[name]["usable"] is True for name in USABLE)
     assert backends["files"]["distribution"] == "twopc"
-    assert {name for name in PLANNED if not backends[name]["usable"]} == set(PLANNED)
     assert body["failures"] == []
 
 

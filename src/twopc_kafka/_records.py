@@ -1,0 +1,106 @@
+"""Arrow record batches to Kafka records.
+
+Two shapes of input:
+
+* **Spark's Kafka sink columns**: ``value`` (required), and optionally ``key``, ``topic``,
+  ``partition``, ``headers`` (a list of ``{key: string, value: binary}``). Strings are
+  UTF-8 encoded, binary is sent as it is.
+* **Any other schema**: each row becomes the value, serialized as ``json`` (default: one
+  JSON object per row), ``string`` (a single string column) or ``bytes`` (a single binary
+  column); ``key_column`` names the column used as the key.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["VALUE_FORMATS", "Record", "records"]
+
+VALUE_FORMATS = ("json", "string", "bytes")
+_SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str | None
+    value: bytes | None
+    key: bytes | None = None
+    partition: int | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+def _to_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return str(value).encode()
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def is_spark_shape(schema: pa.Schema) -> bool:
+    return "value" in schema.names and set(schema.names) <= _SPARK_COLUMNS
+
+
+def records(
+    batch: pa.RecordBatch, value_format: str = "json", key_column: str | None = None
+) -> Iterator[Record]:
+    """The batch's rows as records; raises ``ValueError`` on a shape it cannot send."""
+    if is_spark_shape(batch.schema):
+        yield from _spark_records(batch)
+        return
+    names = batch.schema.names
+    keys = batch.column(key_column).to_pylist() if key_column else None
+    if value_format == "json":
+        values: list[bytes | None] = [
+            json.dumps(row, default=_json_default, separators=(",", ":")).encode()
+            for row in batch.to_pylist()
+        ]
+    else:
+        data_columns = [n for n in names if n != key_column]
+        if len(data_columns) != 1:
+            raise ValueError(
+                f"value_format={value_format!r} needs exactly one value column besides the "
+                f"key, found {data_columns}"
+            )
+        values = [_to_bytes(v) for v in batch.column(data_columns[0]).to_pylist()]
+    for index, value in enumerate(values):
+        yield Record(None, value, None if keys is None else _to_bytes(keys[index]))
+
+
+def _spark_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    values = columns["value"]
+    keys = columns.get("key")
+    topics = columns.get("topic")
+    partitions = columns.get("partition")
+    headers = columns.get("headers")
+    for index, value in enumerate(values):
+        header_list = None
+        if headers is not None and headers[index]:
+            header_list = [(str(h["key"]), _to_bytes(h["value"])) for h in headers[index]]
+        yield Record(
+            topic=None if topics is None else topics[index],
+            value=_to_bytes(value),
+            key=None if keys is None else _to_bytes(keys[index]),
+            partition=None if partitions is None else partitions[index],
+            headers=header_list,
+        )

@@ -1,0 +1,540 @@
+"""The ``kafka`` backend: Kafka transactions with confluent-kafka (librdkafka).
+
+A Kafka transaction cannot leave the producer that opened it (librdkafka cannot resume
+another process's transaction), so each task commits its own transaction
+(``commit_in_task``). Exactly-once comes from three things:
+
+* a stable ``transactional.id`` per Spark partition (``<prefix>-<sink_id>-<partition>``):
+  ``init_transactions`` of a new attempt fences every older attempt (zombie) and aborts
+  its open transaction;
+* a marker committed in the same transaction: the offset ``batch_id + 1`` of a consumer
+  group per (sink, query, partition), sent with ``send_offsets_to_transaction``;
+* the marker is read *after* fencing, so a replayed or retried task whose transaction
+  already committed writes nothing.
+
+``mode="atomic"`` writes each micro-batch in a single task and a single transaction, so a
+``read_committed`` consumer sees all of a batch or none of it (see the Kafka page for why
+per-partition transactions, even behind a barrier, cannot promise that).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from twopc import (
+    Capabilities,
+    CommitOutcome,
+    Committable,
+    ConfigurationError,
+    PermanentSinkError,
+    Sink,
+    SinkError,
+    TaskContext,
+    TransientSinkError,
+)
+from twopc_kafka._records import VALUE_FORMATS, Record, records
+
+__all__ = ["MODES", "KafkaSink"]
+
+_log = logging.getLogger("twopc.kafka")
+
+MODES = ("per_partition", "atomic")
+_PAYLOAD_VERSION = 1
+_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer")
+_ENFORCED = {"enable.idempotence": True, "acks": "all"}
+_PERMANENT_CODES = {
+    KafkaError.INVALID_TRANSACTION_TIMEOUT: "transaction.timeout.ms is above the broker's "
+    "transaction.max.timeout.ms (default 900000); lower it or raise the broker's maximum",
+    KafkaError.MSG_SIZE_TOO_LARGE: "a record is larger than the broker's or topic's "
+    "message.max.bytes",
+    KafkaError.UNKNOWN_TOPIC_OR_PART: "the topic or partition does not exist",
+    KafkaError._UNKNOWN_TOPIC: "the topic does not exist",
+    KafkaError.INVALID_MSG_SIZE: "a record has an invalid size",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "not authorized to write to the topic",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "not authorized to use the transactional id",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "not authorized to commit the marker offsets",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed (check the SASL settings)",
+    KafkaError._AUTHENTICATION: "authentication failed (check the credentials)",
+    KafkaError.RECORD_LIST_TOO_LARGE: "a batch of records is too large",
+    KafkaError.INVALID_RECORD: "the broker rejected a record",
+}
+
+
+class _ClientErrors:
+    """The last client-level error librdkafka reported through ``error_cb`` (connection
+    refused, authentication failed). A timed-out call does not carry it, so without this a
+    wrong address or wrong credentials would only say "timed out"."""
+
+    def __init__(self) -> None:
+        self.last: KafkaError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() != KafkaError._ALL_BROKERS_DOWN or self.last is None:
+            self.last = error
+
+
+@dataclass
+class KafkaTransaction:
+    """One task's producer and open transaction."""
+
+    ctx: TaskContext
+    producer: Any
+    transactional_id: str
+    skip: bool = False
+    rows: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class KafkaSink(Sink[KafkaTransaction]):
+    """Exactly-once writes to Kafka topics.
+
+    Args:
+        bootstrap_servers: the brokers, ``host:port[,host:port]``.
+        topic: the default topic; a ``topic`` column overrides it per row.
+        mode: ``per_partition`` (one transaction per Spark partition, in parallel) or
+            ``atomic`` (one transaction per micro-batch, written by one task).
+        transactional_id_prefix: first part of every ``transactional.id`` and marker group.
+        value_format: ``json``, ``string`` or ``bytes`` for frames without Spark's Kafka
+            columns (``key``, ``value``, ``topic``, ``partition``, ``headers``).
+        key_column: the column used as the record key for such frames.
+        marker_topic: the topic whose partition 0 carries the marker offsets (default:
+            ``topic``); it must exist.
+        transaction_timeout_ms: ``transaction.timeout.ms``; must not exceed the broker's
+            ``transaction.max.timeout.ms``.
+        producer_config: more librdkafka settings (TLS, SASL, ``linger.ms`` ...), passed
+            through; ``enable.idempotence`` and ``acks=all`` are enforced.
+        operation_timeout_seconds: timeout of each transactional call.
+        lingering_probe: at least this many partition ids are probed for lingering
+            transactions when the query starts.
+    """
+
+    backend_name = "kafka"
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        topic: str | None = None,
+        mode: str = "per_partition",
+        transactional_id_prefix: str = "twopc",
+        value_format: str = "json",
+        key_column: str | None = None,
+        marker_topic: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        producer_config: dict[str, Any] | None = None,
+        operation_timeout_seconds: float = 30.0,
+        lingering_probe: int = 8,
+    ) -> None:
+        if not bootstrap_servers:
+            raise ConfigurationError("kafka sink: bootstrap_servers is required")
+        if mode not in MODES:
+            raise ConfigurationError(f"kafka sink: mode must be one of {', '.join(MODES)}")
+        if value_format not in VALUE_FORMATS:
+            raise ConfigurationError(
+                f"kafka sink: value_format must be one of {', '.join(VALUE_FORMATS)}"
+            )
+        if not (marker_topic or topic):
+            raise ConfigurationError(
+                "kafka sink: give topic= (or marker_topic=): the commit markers need an "
+                "existing topic"
+            )
+        config = dict(producer_config or {})
+        for key, value in _ENFORCED.items():
+            if key in config and str(config[key]).lower() != str(value).lower():
+                raise ConfigurationError(
+                    f"kafka sink: {key}={config[key]!r} would give up exactly-once; twopc "
+                    f"needs {key}={value}"
+                )
+        if "transactional.id" in config:
+            raise ConfigurationError(
+                "kafka sink: transactional.id is derived from transactional_id_prefix, the "
+                "sink id and the partition; do not set it"
+            )
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.mode = mode
+        self.prefix = transactional_id_prefix
+        self.value_format = value_format
+        self.key_column = key_column
+        self.marker_topic = marker_topic or topic or ""
+        self.transaction_timeout_ms = int(transaction_timeout_ms)
+        self.producer_config = config
+        self.timeout = float(operation_timeout_seconds)
+        self.lingering_probe = int(lingering_probe)
+        self.capabilities = Capabilities(
+            global_commit=False,
+            commit_in_task=True,
+            atomic_batch_visibility=mode == "atomic",
+            single_transaction=mode == "atomic",
+            recover=False,
+            modes=("append",),
+        )
+        self._known_topics: set[str] = set()
+        self._swept_prefix = False
+        # Prepared transactions of this process, for the in-task commit.
+        self._open: dict[tuple[str, int, int, int], KafkaTransaction] = {}
+
+    def __repr__(self) -> str:
+        safe = {
+            k: ("***" if k.startswith(_SECRET_KEYS) else v) for k, v in self.producer_config.items()
+        }
+        return (
+            f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}, "
+            f"producer_config={safe!r})"
+        )
+
+    def describe(self) -> str:
+        return f"kafka {self.bootstrap_servers} topic {self.topic}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_known_topics"] = set()
+        state["_open"] = {}
+        return state
+
+    # -- ids and clients ---------------------------------------------------------------------
+
+    def transactional_id(self, sink_id: str, partition: int) -> str:
+        return f"{self.prefix}-{sink_id}-{partition}"
+
+    def marker_group(self, sink_id: str, query_id: str, partition: int) -> str:
+        return f"{self.prefix}.{sink_id}.{query_id}.p{partition}"
+
+    def _base_config(self) -> dict[str, Any]:
+        return {**self.producer_config, "bootstrap.servers": self.bootstrap_servers}
+
+    def _producer(self, transactional_id: str, errors: _ClientErrors | None = None) -> Any:
+        config = {
+            **self._base_config(),
+            **_ENFORCED,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        }
+        if errors is not None and "error_cb" not in config:
+            config["error_cb"] = errors
+        return Producer(config)
+
+    def _admin_only_config(self) -> dict[str, Any]:
+        producer_only = ("linger.ms", "batch.size", "compression.type", "queue.buffering")
+        return {k: v for k, v in self._base_config().items() if not k.startswith(producer_only)}
+
+    def _error(
+        self,
+        exc: BaseException,
+        ctx: TaskContext,
+        what: str,
+        client_error: KafkaError | None = None,
+    ) -> SinkError:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if (
+            error is not None
+            and error.code() == KafkaError._TIMED_OUT
+            and client_error is not None
+            and client_error.code() in _PERMANENT_CODES
+        ):
+            error = client_error  # e.g. wrong credentials: say so, not "timed out"
+        if error is not None and error.code() in _PERMANENT_CODES:
+            kind: type[SinkError] = PermanentSinkError
+            cause = f"{_PERMANENT_CODES[error.code()]} ({error.name()}: {error.str()})"
+        elif error is not None:
+            kind = TransientSinkError
+            cause = f"{error.name()}: {error.str()}"
+            if client_error is not None:
+                cause += f" (last client error: {client_error.name()}: {client_error.str()})"
+        else:
+            kind = TransientSinkError
+            cause = f"{type(exc).__name__}: {exc}"
+        return kind(
+            f"{what}: {cause}",
+            sink_id=ctx.sink_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+        )
+
+    # -- phase 1 -----------------------------------------------------------------------------
+
+    def begin_transaction(self, ctx: TaskContext) -> KafkaTransaction:
+        transactional_id = self.transactional_id(ctx.sink_id, ctx.partition)
+        client_errors = _ClientErrors()
+        producer = self._producer(transactional_id, client_errors)
+        try:
+            # Fences every earlier attempt of this partition and aborts its open transaction.
+            producer.init_transactions(self.timeout)
+        except KafkaException as exc:
+            producer.poll(0)  # serves error_cb: why the broker could not be reached
+            raise self._error(
+                exc,
+                ctx,
+                f"cannot start transactions on {self.bootstrap_servers}",
+                client_errors.last,
+            ) from exc
+        txn = KafkaTransaction(ctx, producer, transactional_id)
+        # Read the marker only now, after fencing: no zombie can commit behind our back.
+        last = self._committed_batch(ctx)
+        if last is not None and last >= ctx.batch_id:
+            _log.info(
+                "sink %r batch %d partition %d already committed (marker %d); skipping",
+                ctx.sink_id,
+                ctx.batch_id,
+                ctx.partition,
+                last,
+            )
+            txn.skip = True
+            return txn
+        self._check_topic(ctx, self.marker_topic)
+        if self.topic:
+            self._check_topic(ctx, self.topic)
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._error(exc, ctx, "begin_transaction failed") from exc
+        return txn
+
+    def _committed_batch(self, ctx: TaskContext) -> int | None:
+        consumer = Consumer(
+            {
+                **self._admin_only_config(),
+                "group.id": self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            (position,) = consumer.committed([TopicPartition(self.marker_topic, 0)], self.timeout)
+        except KafkaException as exc:
+            raise self._error(exc, ctx, "reading the commit marker failed") from exc
+        finally:
+            consumer.close()
+        if position.error is not None or position.offset < 1:
+            return None
+        return int(position.offset) - 1
+
+    def _check_topic(self, ctx: TaskContext, topic: str) -> None:
+        """Fail clearly on a missing topic instead of letting the broker auto-create it."""
+        if topic in self._known_topics:
+            return
+        admin = AdminClient(self._admin_only_config())
+        try:
+            metadata = admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._error(
+                exc, ctx, f"cannot read metadata from {self.bootstrap_servers}"
+            ) from exc
+        self._known_topics = set(metadata.topics)
+        if topic not in self._known_topics:
+            raise PermanentSinkError(
+                f"topic {topic!r} does not exist on {self.bootstrap_servers}; create it first",
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            )
+
+    def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
+        if txn.skip:
+            return
+        ctx = txn.ctx
+        if self.key_column and self.key_column not in batch.schema.names:
+            raise PermanentSinkError(
+                f"key_column {self.key_column!r} is not in the data ({batch.schema.names})",
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            )
+        try:
+            for record in records(batch, self.value_format, self.key_column):
+                self._produce(txn, record)
+        except ValueError as exc:
+            raise PermanentSinkError(
+                str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
+            ) from exc
+        txn.producer.poll(0)
+
+    def _produce(self, txn: KafkaTransaction, record: Record) -> None:
+        ctx = txn.ctx
+        topic = record.topic or self.topic
+        if topic is None:
+            raise PermanentSinkError(
+                f"row {txn.rows} has no topic (no topic column value and no default topic)",
+                sink_id=ctx.sink_id,
+                batch_id=ctx.batch_id,
+                partition=ctx.partition,
+            )
+        if topic != self.topic:
+            self._check_topic(ctx, topic)
+        kwargs: dict[str, Any] = {"value": record.value, "key": record.key}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = record.headers
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None and len(txn.errors) < 5:
+                txn.errors.append(f"{err.name()}: {err.str()}")
+
+        while True:
+            try:
+                txn.producer.produce(topic, on_delivery=delivered, **kwargs)
+                break
+            except BufferError:
+                txn.producer.poll(0.5)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                raise self._error(exc, ctx, f"producing row {txn.rows} to {topic} failed") from exc
+        txn.rows += 1
+
+    def pre_commit(self, txn: KafkaTransaction) -> Committable:
+        ctx = txn.ctx
+        payload: dict[str, Any] = {
+            "transactional_id": txn.transactional_id,
+            "rows": txn.rows,
+            "skipped": txn.skip,
+        }
+        if not txn.skip:
+            remaining = txn.producer.flush(self.timeout)
+            if txn.errors:
+                raise PermanentSinkError(
+                    f"the broker rejected records: {'; '.join(txn.errors)}",
+                    sink_id=ctx.sink_id,
+                    batch_id=ctx.batch_id,
+                    partition=ctx.partition,
+                )
+            if remaining:
+                raise TransientSinkError(
+                    f"{remaining} record(s) not delivered within {self.timeout}s",
+                    sink_id=ctx.sink_id,
+                    batch_id=ctx.batch_id,
+                    partition=ctx.partition,
+                )
+            marker = TopicPartition(
+                self.marker_topic,
+                0,
+                ctx.batch_id + 1,
+                metadata=json.dumps({"query_id": ctx.query_id, "batch_id": ctx.batch_id}),
+            )
+            group = Consumer(
+                {
+                    **self._admin_only_config(),
+                    "group.id": self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition),
+                }
+            )
+            try:
+                metadata = group.consumer_group_metadata()
+            finally:
+                group.close()
+            try:
+                txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
+            except KafkaException as exc:
+                raise self._error(exc, ctx, "sending the commit marker failed") from exc
+        self._open[(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
+        return Committable(
+            sink_id=ctx.sink_id,
+            query_id=ctx.query_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+            attempt=ctx.attempt,
+            payload=payload,
+            version=_PAYLOAD_VERSION,
+        )
+
+    def abort(self, txn: KafkaTransaction) -> None:
+        if txn.skip:
+            return
+        try:
+            txn.producer.abort_transaction(self.timeout)
+        except KafkaException:
+            # The broker aborts it when the next attempt's init_transactions fences us, or
+            # at transaction.timeout.ms.
+            _log.warning("abort_transaction failed for %s", txn.transactional_id, exc_info=True)
+
+    # -- phase 2 (in the task) -------------------------------------------------------------
+
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        outcomes = []
+        for c in committables:
+            txn = self._open.pop((c.query_id, c.batch_id, c.partition, c.attempt), None)
+            if c.payload.get("skipped") or txn is None:
+                # No open transaction here: committed before (the marker decides on replay).
+                outcomes.append(CommitOutcome.ALREADY_COMMITTED)
+                continue
+            started = time.monotonic()
+            try:
+                txn.producer.commit_transaction(self.timeout)
+            except KafkaException as exc:
+                error = exc.args[0]
+                # Keep it: calling commit again must fail again, never look "already committed".
+                self._open[(c.query_id, c.batch_id, c.partition, c.attempt)] = txn
+                if error.retriable():  # a timed-out commit may be called again
+                    raise self._error(exc, txn.ctx, "commit_transaction failed") from exc
+                raise SinkError(
+                    f"commit_transaction failed and the transaction is lost ({error.name()}: "
+                    f"{error.str()}): a newer attempt of this partition fenced this producer, "
+                    "or the broker aborted the transaction after transaction.timeout.ms; the "
+                    "task fails and a new attempt writes the data",
+                    sink_id=c.sink_id,
+                    batch_id=c.batch_id,
+                    partition=c.partition,
+                ) from exc
+            _log.debug("committed %s in %.3fs", txn.transactional_id, time.monotonic() - started)
+            outcomes.append(CommitOutcome.COMMITTED)
+        return outcomes
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        for c in committables:
+            txn = self._open.pop((c.query_id, c.batch_id, c.partition, c.attempt), None)
+            if txn is not None:
+                self.abort(txn)
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        return []  # nothing can be committed from another process; see sweep()
+
+    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
+        """Abort lingering transactions of this sink once per process (query start), so
+        ``read_committed`` consumers are not stalled by a crashed run until its timeout."""
+        if self._swept_prefix:
+            return 0
+        partitions = max(self.lingering_probe, self._partitions_seen(sink_id))
+        for partition in range(partitions):
+            producer = self._producer(self.transactional_id(sink_id, partition))
+            try:
+                producer.init_transactions(self.timeout)  # aborts an open transaction
+            except KafkaException as exc:
+                _log.warning(
+                    "probing %s failed: %s", self.transactional_id(sink_id, partition), exc
+                )
+        self._swept_prefix = True
+        _log.info(
+            "sink %r: probed %d transactional ids for lingering transactions", sink_id, partitions
+        )
+        return 0
+
+    def _partitions_seen(self, sink_id: str) -> int:
+        """One more than the highest partition with a marker group, in any query."""
+        admin = AdminClient(self._admin_only_config())
+        try:
+            listing = admin.list_consumer_groups(request_timeout=self.timeout).result(self.timeout)
+        except Exception as exc:
+            _log.warning("listing consumer groups failed: %s", exc)
+            return 0
+        prefix = f"{self.prefix}.{sink_id}."
+        highest = -1
+        for group in listing.valid:
+            name = str(group.group_id)
+            if name.startswith(prefix) and ".p" in name:
+                tail = name.rsplit(".p", 1)[1]
+                if tail.isdigit():
+                    highest = max(highest, int(tail))
+        return highest + 1
