@@ -157,7 +157,7 @@ def test_an_unavailable_backend_is_listed_with_its_reason_and_refuses_creation()
     registry = PluginRegistry([_UnavailablePlugin()], entry_points=False)
     (info,) = registry.backends()
     assert (info.name, info.usable, info.reason) == ("someday", False, "not implemented yet")
-    with pytest.raises(BackendUnavailableError, match="someday.*not implemented yet"):
+    with pytest.raises(BackendUnavailableError, match=r"someday.*not implemented yet"):
         registry.create_sink("someday")
 
 
