@@ -43,7 +43,7 @@ class LocalEngine:
     """Runs phase 1 over in-memory partitions, one child process per task.
 
     Args:
-        partitions: one Arrow table per partition.
+        partitions: one Arrow table (or list of record batches) per partition.
         processes: run tasks in child processes (``fork``); ``False`` runs them inline,
             which is handy for debugging but lets a ``kill`` fault kill the caller.
         max_attempts: task attempts per partition, like ``spark.task.maxFailures``.
@@ -52,7 +52,7 @@ class LocalEngine:
 
     def __init__(
         self,
-        partitions: Sequence[pa.Table],
+        partitions: Sequence[pa.Table | Sequence[pa.RecordBatch]],
         *,
         processes: bool = True,
         max_attempts: int = 1,
@@ -122,8 +122,10 @@ class LocalEngine:
         return results
 
     def _batches(self, partition: int) -> list[pa.RecordBatch]:
-        table = self.partitions[partition]
-        return list(table.to_batches(max_chunksize=self.chunk_rows))
+        data = self.partitions[partition]
+        if isinstance(data, pa.Table):
+            return list(data.to_batches(max_chunksize=self.chunk_rows))
+        return list(data)
 
 
 def _run_inline(
