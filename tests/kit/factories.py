@@ -2,9 +2,64 @@
 
 from __future__ import annotations
 
+import functools
+
 import twopc
+from tests.integration.services import Services
 from twopc.protocol import Sink
 
 
 def files_sink(target: str) -> Sink[object]:
     return twopc.create_sink("files", path=target, format="parquet")
+
+
+@functools.cache
+def _service_env(name: str) -> dict[str, str]:
+    """Connection settings of a real service, started if needed (``scripts/services``)."""
+    return Services().start(name)
+
+
+def postgres_dsn() -> str:
+    return _service_env("postgres")["POSTGRES_DSN"]
+
+
+def mysql_dsn() -> str:
+    return _service_env("mariadb")["MYSQL_DSN"]
+
+
+def kafka_bootstrap() -> str:
+    return _service_env("kafka")["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+def postgres_sink(target: str) -> Sink[object]:
+    return twopc.create_sink("postgres", dsn=postgres_dsn(), table=target)
+
+
+def postgres_two_phase_sink(target: str) -> Sink[object]:
+    return twopc.create_sink(
+        "postgres", dsn=postgres_dsn(), table=target, transaction_mode="two_phase"
+    )
+
+
+def mysql_sink(target: str) -> Sink[object]:
+    return twopc.create_sink("mysql", dsn=mysql_dsn(), table=target)
+
+
+def mysql_two_phase_sink(target: str) -> Sink[object]:
+    return twopc.create_sink("mysql", dsn=mysql_dsn(), table=target, transaction_mode="two_phase")
+
+
+def kafka_sink(target: str) -> Sink[object]:
+    return twopc.create_sink(
+        "kafka", bootstrap_servers=kafka_bootstrap(), topic=target, operation_timeout_seconds=20
+    )
+
+
+def kafka_atomic_sink(target: str) -> Sink[object]:
+    return twopc.create_sink(
+        "kafka",
+        bootstrap_servers=kafka_bootstrap(),
+        topic=target,
+        mode="atomic",
+        operation_timeout_seconds=20,
+    )
