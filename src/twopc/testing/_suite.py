@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -51,11 +52,21 @@ GUARANTEES = {
 
 
 def guarantee(key: str) -> Callable[[F], F]:
-    """Tag a kit test with the guarantee it checks (for messages and the summary)."""
+    """Tag a kit test with the guarantee it checks (for messages and the summary).
+
+    Any exception the sink raises inside the check fails it under the guarantee's name.
+    """
 
     def tag(function: F) -> F:
-        function.__twopc_guarantee__ = key  # type: ignore[attr-defined]
-        return function
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except Exception as exc:  # pytest's skip/fail outcomes are BaseExceptions
+                _fail(key, f"{type(exc).__name__}: {exc}")
+
+        checked.__twopc_guarantee__ = key  # type: ignore[attr-defined]
+        return checked  # type: ignore[return-value]
 
     return tag
 

@@ -33,7 +33,9 @@ def pytest_runtest_makereport(
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         outcome = report.outcome
         detail = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
+        if report.skipped and hasattr(report, "wasxfail"):
+            outcome, detail = "xfailed", str(report.wasxfail)  # a known failure, not a skip
+        elif report.skipped and isinstance(report.longrepr, tuple):
             detail = str(report.longrepr[2]).removeprefix("Skipped: ")
         results = item.config.stash[_RESULTS_KEY].setdefault(item.cls.__name__, {})
         results.setdefault(key, []).append(f"{outcome}|{detail}")
@@ -51,6 +53,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             states = [o.split("|", 1)[0] for o in outcomes]
             if "failed" in states:
                 line = f"FAILED   {words}"
+            elif "xfailed" in states:
+                reason = outcomes[states.index("xfailed")].split("|", 1)[1]
+                line = f"xfailed  {words} ({reason})"
             elif all(s == "skipped" for s in states):
                 reason = outcomes[0].split("|", 1)[1]
                 line = f"skipped  {words} ({reason})"
