@@ -19,6 +19,7 @@ per-partition transactions, even behind a barrier, cannot promise that).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -276,7 +277,8 @@ class KafkaSink(Sink[KafkaTransaction]):
             # Fences every earlier attempt of this partition and aborts its open transaction.
             producer.init_transactions(self.timeout)
         except KafkaException as exc:
-            producer.poll(0)  # serves error_cb: why the broker could not be reached
+            with contextlib.suppress(KafkaException):  # raises again on fatal errors
+                producer.poll(0)  # serves error_cb: why the broker could not be reached
             raise self._error(
                 exc,
                 ctx,

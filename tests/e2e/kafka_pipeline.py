@@ -1,0 +1,75 @@
+"""The Kafka-to-Kafka access-log query of ``examples/kafka_access_log_counts.py``, run as its
+own process by ``test_kafka_spark.py`` (so the test can SIGKILL and restart it)::
+
+    python tests/e2e/kafka_pipeline.py --bootstrap B --input A --output OUT --checkpoint DIR \\
+        --mode per_partition --sink-id ID --prefix P --max-offsets-per-trigger 40
+
+Spark's Kafka source package is resolved by the integration helpers
+(``tests/integration/spark_kafka_job.py``: spark-sql-kafka for the installed pyspark, or
+the 4.2.0 fallback). Prints one JSON line per micro-batch (``{"event": "batch", ...}``) and
+``{"event": "done"}`` at the end. Fault injection comes from ``TWOPC_FAULTS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from examples.kafka_access_log_counts import print_metrics, start_query
+
+from tests.integration.spark_kafka_job import build_session, candidates
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--mode", default="per_partition")
+    parser.add_argument("--sink-id", default="access-counts")
+    parser.add_argument("--prefix", default="twopc")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=40)
+    args = parser.parse_args()
+
+    errors = []
+    for packages, excludes, extra in candidates():
+        try:
+            spark = build_session(packages, excludes, extra)
+            break
+        except Exception as exc:  # the JVM exits when ivy cannot resolve the packages
+            errors.append(f"{packages}: {type(exc).__name__}: {exc}")
+    else:
+        print("no Spark Kafka source package:\n" + "\n".join(errors), file=sys.stderr)
+        return 3
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        query = start_query(
+            spark,
+            bootstrap=args.bootstrap,
+            input_topic=args.input,
+            output_topic=args.output,
+            checkpoint=args.checkpoint,
+            mode=args.mode,
+            sink_id=args.sink_id,
+            transactional_id_prefix=args.prefix,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            on_metrics=print_metrics,
+        )
+        query.awaitTermination(240)
+        if query.isActive:
+            query.stop()
+            print(json.dumps({"event": "timeout"}), flush=True)
+            return 2
+        if query.exception() is not None:
+            print(json.dumps({"event": "failed", "error": str(query.exception())}), flush=True)
+            return 1
+    finally:
+        spark.stop()
+    print(json.dumps({"event": "done"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

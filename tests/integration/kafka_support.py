@@ -1,0 +1,208 @@
+"""Helpers for the Kafka sink tests: topics, readers of committed output, kcat.
+
+Everything talks to the real broker. Readers assign every partition of a topic from the
+beginning and read until each partition reports its end (for ``read_committed`` that end is
+the last stable offset, so a lingering open transaction shows up as "nothing visible past
+it"). Every client is closed before the helper returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+TIMEOUT = 30.0
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (or other test run on the same broker) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(
+    bootstrap: str,
+    name: str | None = None,
+    *,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+) -> str:
+    """Create a topic (a fresh name unless given) and wait until it is usable."""
+    name = name or unique("twopc-kafka-it")
+    client = admin(bootstrap)
+    topic = NewTopic(
+        name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+    )
+    for future in client.create_topics([topic]).values():
+        future.result(TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        metadata = client.list_topics(name, timeout=TIMEOUT).topics.get(name)
+        if metadata is not None and metadata.error is None and len(metadata.partitions):
+            return name
+        time.sleep(0.1)
+    raise AssertionError(f"topic {name} did not become ready")
+
+
+def topic_exists(bootstrap: str, name: str) -> bool:
+    """Whether the broker knows the topic; lists all topics, so it never auto-creates one."""
+    return name in admin(bootstrap).list_topics(timeout=TIMEOUT).topics
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+    @property
+    def text_key(self) -> str:
+        return (self.key or b"").decode()
+
+
+def _partitions(bootstrap: str, topic: str) -> list[int]:
+    metadata = admin(bootstrap).list_topics(topic, timeout=TIMEOUT).topics[topic]
+    if metadata.error is not None:
+        raise KafkaException(metadata.error)
+    return sorted(metadata.partitions)
+
+
+@contextlib.contextmanager
+def reader(
+    bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> Iterator[tuple[Consumer, list[int]]]:
+    """A consumer assigned to every partition of ``topic`` from the beginning; closed after."""
+    partitions = _partitions(bootstrap, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("twopc-reader"),
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        yield consumer, partitions
+    finally:
+        consumer.close()
+
+
+def read_messages(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60.0
+) -> list[Message]:
+    """Every record a consumer with this isolation level can see, up to each partition's end
+    (for ``read_committed``: the last stable offset)."""
+    with reader(bootstrap, topic, isolation) as (consumer, partitions):
+        seen: list[Message] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err, partition, offset = msg.error(), msg.partition(), msg.offset()
+            assert partition is not None and offset is not None
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                    if at_end >= set(partitions):
+                        return seen
+                    continue
+                raise KafkaException(err)
+            at_end.discard(partition)
+            seen.append(Message(partition, offset, msg.key(), msg.value()))
+        raise AssertionError(f"did not reach the end of {topic} within {timeout}s")
+
+
+def committed_keys(bootstrap: str, topic: str) -> Counter[str]:
+    """How often each key is visible to a ``read_committed`` consumer."""
+    return Counter(m.text_key for m in read_messages(bootstrap, topic, "read_committed"))
+
+
+def uncommitted_keys(bootstrap: str, topic: str) -> Counter[str]:
+    """How often each key is in the log at all (``read_uncommitted``, aborted data too)."""
+    return Counter(m.text_key for m in read_messages(bootstrap, topic, "read_uncommitted"))
+
+
+def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The end offset a ``read_committed`` consumer sees (the last stable offset)."""
+    with reader(bootstrap, topic, "read_committed") as (consumer, _):
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT, cached=False
+        )
+        return int(high)
+
+
+# -- kcat ------------------------------------------------------------------------------------
+
+
+def ensure_kcat() -> str | None:
+    """Path of ``kcat``, installed with apt-get when missing; None if that is impossible."""
+    found = shutil.which("kcat")
+    if found:
+        return found
+    apt = shutil.which("apt-get")
+    if apt is None:
+        return None
+    for command in (
+        [apt, "install", "-y", "kcat"],
+        [apt, "update"],
+        [apt, "install", "-y", "kcat"],
+    ):
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=300,
+                check=False,
+                env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            )
+        found = shutil.which("kcat")
+        if found:
+            return found
+    return None
+
+
+def kcat_keys(kcat: str, bootstrap: str, topic: str) -> Counter[str]:
+    """Keys a ``read_committed`` kcat consumer prints, reading to the end and exiting."""
+    proc = subprocess.run(
+        [
+            kcat,
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-X",
+            "isolation.level=read_committed",
+            "-f",
+            "%k\\n",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kcat failed ({proc.returncode}): {proc.stderr}"
+    return Counter(line for line in proc.stdout.splitlines() if line)
