@@ -309,7 +309,16 @@ class SqlSink(Sink[SqlTransaction]):
         except Exception as exc:
             _close_quietly(conn)
             if isinstance(exc, SinkError):
-                raise
+                if exc.sink_id is not None:
+                    raise
+                # a hook's own error (server cannot prepare, recovery query failed): name
+                # the task it failed for
+                raise type(exc)(
+                    exc.cause_message,
+                    sink_id=ctx.sink_id,
+                    batch_id=ctx.batch_id,
+                    partition=ctx.partition,
+                ) from exc
             raise self._error(exc, ctx, f"cannot start a transaction on {self.describe()}") from exc
         if skip:
             _log.info(
@@ -552,8 +561,17 @@ class SqlSink(Sink[SqlTransaction]):
     def recover(self, sink_id: str) -> list[Committable]:
         if not self.two_phase:
             return []
+        try:
+            xids = self.prepared_ids(sink_id)
+        except SinkError as exc:
+            if exc.sink_id is not None:
+                raise
+            raise type(exc)(
+                f"recovery cannot list prepared transactions: {exc.cause_message}",
+                sink_id=sink_id,
+            ) from exc
         found = []
-        for xid in self.prepared_ids(sink_id):
+        for xid in xids:
             committable = xid.committable(sink_id)
             if committable is not None:
                 found.append(committable)

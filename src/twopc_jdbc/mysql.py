@@ -432,7 +432,8 @@ class MySQLSink(SqlSink):
     def _on_duplicate(self, txn: SqlTransaction) -> str:
         updates = [c for c in txn.columns if c not in self.options.key_columns]
         if not updates:
-            first = quote_identifier(self.options.key_columns[0])
+            # qualified: the derived table of winners has the same column names
+            first = f"{_table(self.options.table)}.{quote_identifier(self.options.key_columns[0])}"
             return f" ON DUPLICATE KEY UPDATE {first} = {first}"
         if "flavor" not in txn.extra:
             txn.extra["flavor"] = self._flavor(txn.conn)

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import errors as pgerrors
 from psycopg import sql
 
@@ -46,6 +47,27 @@ _PG_TYPES: list[tuple[Callable[[pa.DataType], bool], str]] = [
     (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "bytea"),
     (pa.types.is_date, "date"),
 ]
+
+
+# Two sessions racing through CREATE TABLE IF NOT EXISTS: the loser fails on the catalog's
+# unique indexes, as "relation exists", a unique violation or "type ... already exists".
+_ALREADY_CREATED = (pgerrors.DuplicateTable, pgerrors.UniqueViolation, pgerrors.DuplicateObject)
+
+# binary COPY wraps integers that do not fit these types around silently: check first
+_INT_LIMITS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
+
+
+def _out_of_range(batch: pa.RecordBatch, types: dict[str, str]) -> str | None:
+    """Why an integer of the batch does not fit its integer column, or None."""
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        limit = _INT_LIMITS.get(types[name])
+        if limit is None or not pa.types.is_integer(column.type):
+            continue
+        bounds = pc.min_max(column).as_py()
+        for value in (bounds["min"], bounds["max"]):
+            if value is not None and not -limit <= value < limit:
+                return f"column {name!r}: {value} is out of range for {types[name]}"
+    return None
 
 
 def _pg_type(arrow_type: pa.DataType) -> str:
@@ -143,7 +165,7 @@ class PostgresSink(SqlSink):
                 "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
             ).format(marker)
             # another task may create it at the same moment
-            with contextlib.suppress(pgerrors.UniqueViolation, pgerrors.DuplicateTable):
+            with contextlib.suppress(*_ALREADY_CREATED):
                 conn.execute(statement)
         if self.two_phase:
             value = conn.execute("SHOW max_prepared_transactions").fetchone()[0]
@@ -245,7 +267,7 @@ class PostgresSink(SqlSink):
                     self._ident(self.options.table), sql.SQL(", ").join(columns)
                 )
             )
-        except (pgerrors.UniqueViolation, pgerrors.DuplicateTable):
+        except _ALREADY_CREATED:
             pass
         finally:
             _close_quietly(conn)
@@ -296,6 +318,14 @@ class PostgresSink(SqlSink):
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             self._ident(table), self._columns(names)
         )
+        problem = _out_of_range(batch, types)
+        if problem is not None:
+            raise PermanentSinkError(
+                f"a value does not fit its column in {table}: {problem}",
+                sink_id=txn.ctx.sink_id,
+                batch_id=txn.ctx.batch_id,
+                partition=txn.ctx.partition,
+            )
         columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
         try:
             with conn.cursor() as cursor, cursor.copy(statement) as copy:
@@ -303,8 +333,10 @@ class PostgresSink(SqlSink):
                 for row in zip(*columns, strict=True):
                     copy.write_row(row)
         except (TypeError, ValueError, OverflowError) as exc:
+            mapping = ", ".join(f"{f.name} {f.type} -> {types[f.name]}" for f in batch.schema)
             raise PermanentSinkError(
-                f"a value does not fit its column in {table}: {type(exc).__name__}: {exc}",
+                f"a value does not fit its column in {table}: {type(exc).__name__}: {exc} "
+                f"(data -> table types: {mapping})",
                 sink_id=txn.ctx.sink_id,
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,

@@ -99,6 +99,8 @@ class KafkaTransaction:
     skip: bool = False
     rows: int = 0
     errors: list[str] = field(default_factory=list)
+    permanent: bool = False
+    """Whether a delivery error is one that retrying cannot fix (record too large...)."""
 
 
 class KafkaSink(Sink[KafkaTransaction]):
@@ -387,6 +389,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None and len(txn.errors) < 5:
                 txn.errors.append(f"{err.name()}: {err.str()}")
+                txn.permanent = txn.permanent or err.code() in _PERMANENT_CODES
 
         while True:
             try:
@@ -408,7 +411,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         if not txn.skip:
             remaining = txn.producer.flush(self.timeout)
             if txn.errors:
-                raise PermanentSinkError(
+                # A fenced zombie or a broker restart fails deliveries too; only rejections
+                # of the records themselves are permanent.
+                kind = PermanentSinkError if txn.permanent else TransientSinkError
+                raise kind(
                     f"the broker rejected records: {'; '.join(txn.errors)}",
                     sink_id=ctx.sink_id,
                     batch_id=ctx.batch_id,
@@ -509,15 +515,19 @@ class KafkaSink(Sink[KafkaTransaction]):
         if self._swept_prefix:
             return 0
         partitions = max(self.lingering_probe, self._partitions_seen(sink_id))
+        probed = 0
         for partition in range(partitions):
             producer = self._producer(self.transactional_id(sink_id, partition))
             try:
                 producer.init_transactions(self.timeout)  # aborts an open transaction
+                probed += 1
             except KafkaException as exc:
                 _log.warning(
                     "probing %s failed: %s", self.transactional_id(sink_id, partition), exc
                 )
-        self._swept_prefix = True
+            del producer  # no librdkafka client may outlive this (forked tasks follow)
+        # Done for this process only if the broker answered; otherwise the next batch tries.
+        self._swept_prefix = probed > 0
         _log.info(
             "sink %r: probed %d transactional ids for lingering transactions", sink_id, partitions
         )
