@@ -134,6 +134,21 @@ class Committable:
     payload: Mapping[str, Any] = field(default_factory=dict)
     version: int = 1
 
+    @classmethod
+    def for_task(
+        cls, ctx: TaskContext, payload: Mapping[str, Any], version: int = 1
+    ) -> Committable:
+        """The committable of the task ``ctx`` describes, with the sink's own payload."""
+        return cls(
+            sink_id=ctx.sink_id,
+            query_id=ctx.query_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+            attempt=ctx.attempt,
+            payload=payload,
+            version=version,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The committable as a JSON-able dict (the commit log's format)."""
         return {

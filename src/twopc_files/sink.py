@@ -287,14 +287,9 @@ class FilesSink(Sink[FilesTransaction]):
                 txn.done.append(self._close(state.current))
                 state.current = None
         ctx = txn.ctx
-        committable = Committable(
-            sink_id=ctx.sink_id,
-            query_id=ctx.query_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-            attempt=ctx.attempt,
-            payload={"staging": txn.staging, "files": sorted(txn.done, key=lambda f: f["final"])},
-            version=_PAYLOAD_VERSION,
+        files = sorted(txn.done, key=lambda f: f["final"])
+        committable = Committable.for_task(
+            ctx, {"staging": txn.staging, "files": files}, _PAYLOAD_VERSION
         )
         marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
         self.fs.makedirs(self._abs(txn.staging), exist_ok=True)

@@ -448,15 +448,7 @@ class KafkaSink(Sink[KafkaTransaction]):
             except KafkaException as exc:
                 raise self._error(exc, ctx, "sending the commit marker failed") from exc
         self._open[(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
-        return Committable(
-            sink_id=ctx.sink_id,
-            query_id=ctx.query_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-            attempt=ctx.attempt,
-            payload=payload,
-            version=_PAYLOAD_VERSION,
-        )
+        return Committable.for_task(ctx, payload, _PAYLOAD_VERSION)
 
     def abort(self, txn: KafkaTransaction) -> None:
         if txn.skip:
