@@ -530,9 +530,20 @@ class SqlSink(Sink[SqlTransaction]):
             _close_quietly(conn)
         if found:
             return CommitOutcome.ALREADY_COMMITTED
+        if not self.two_phase:
+            # The task's own transaction ended without committing (its connection dropped
+            # or its commit failed): nothing is visible, and a rerun of the task writes it.
+            raise SinkError(
+                "the task's transaction was rolled back before it committed (no marker row); "
+                "the partition is written again when the task or the batch is rerun",
+                sink_id=c.sink_id,
+                batch_id=c.batch_id,
+                partition=c.partition,
+            )
         raise CommitError(
-            "the transaction is neither prepared nor committed (no marker row): it was rolled "
-            "back outside twopc, so the batch's data for this partition is lost",
+            "the prepared transaction is neither prepared nor committed any more (no marker "
+            "row): it was rolled back outside twopc, so this partition's data of the batch "
+            "is lost",
             sink_id=c.sink_id,
             batch_id=c.batch_id,
             partition=c.partition,

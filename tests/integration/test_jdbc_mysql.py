@@ -1,0 +1,263 @@
+"""The ``mysql`` SQL sink against a real MariaDB 10.11 server (``scripts/services``).
+
+The shared cases live in :class:`tests.integration.jdbc_support.SqlSinkCases`; this module
+adds what only MySQL/MariaDB has: ``KILL <connection>``, a server SIGKILL with a prepared XA
+branch, and ``LOAD DATA LOCAL`` turning bad values into warnings that must fail the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("tests.integration.jdbc_support")
+
+import pyarrow as pa  # noqa: E402
+import pymysql  # noqa: E402
+
+import twopc  # noqa: E402
+from twopc.local import LocalEngine  # noqa: E402
+from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
+from twopc_jdbc.mysql import MySQLSink  # noqa: E402
+
+from .jdbc_support import (  # noqa: E402
+    Db,
+    Env,
+    SqlSinkCases,
+    assert_names_task,
+    batch,
+    staging_prefix,
+    table_of,
+    wait_until,
+    write,
+)
+from .services import MysqlParams, ServiceControl  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+class MariaDb(Db):
+    name = "mariadb"
+    current_schema_sql = "DATABASE()"
+
+    def __init__(self, dsn: str, params: MysqlParams) -> None:
+        self.dsn = dsn
+        self.params = params
+
+    def sink_class(self) -> type[SqlSink]:
+        return MySQLSink
+
+    def connect(self) -> Any:
+        return pymysql.connect(**self.params.connect_kwargs(), autocommit=True, charset="utf8mb4")
+
+    def query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement, tuple(params) or None)
+                return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            conn.close()
+
+    def q(self, identifier: str) -> str:
+        return "`" + identifier.replace("`", "``") + "`"
+
+    def _xa_recover(self) -> list[tuple[str, str]]:
+        found = []
+        for _fmt, gtrid_length, bqual_length, data in self.query("XA RECOVER"):
+            raw = data.decode() if isinstance(data, bytes) else str(data)
+            split = int(gtrid_length)
+            found.append((raw[:split], raw[split : split + int(bqual_length)]))
+        return found
+
+    def prepared(self, gtrid_prefix: str) -> list[str]:
+        return sorted(f"{g}:{b}" for g, b in self._xa_recover() if g.startswith(gtrid_prefix))
+
+    def rollback_prepared(self, gid: str) -> None:
+        gtrid, _, bqual = gid.partition(":")
+        self.execute("XA ROLLBACK %s, %s", (gtrid, bqual))
+
+    def column_types(self, table: str) -> dict[str, str]:
+        rows = self.query(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = %s ORDER BY ordinal_position",
+            (table,),
+        )
+        return {str(r[0]): str(r[1]).lower() for r in rows}
+
+    def primary_key(self, table: str) -> list[str]:
+        rows = self.query(
+            "SELECT column_name FROM information_schema.key_column_usage "
+            "WHERE table_schema = DATABASE() AND table_name = %s "
+            "AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
+            (table,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def terminate(self, txn: SqlTransaction) -> None:
+        with txn.conn.cursor() as cursor:
+            cursor.execute("SELECT CONNECTION_ID()")
+            connection_id = int(cursor.fetchone()[0])
+        self.execute(f"KILL {connection_id}")
+        wait_until(
+            lambda: (
+                not self.query(
+                    "SELECT 1 FROM information_schema.processlist WHERE id = %s", (connection_id,)
+                )
+            ),
+            what=f"connection {connection_id} to end",
+        )
+
+    def staging_tables(self, sink_id: str) -> list[str]:
+        rows = self.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+            "AND table_name LIKE %s ORDER BY table_name",
+            (staging_prefix(sink_id).replace("_", "\\_") + "%",),
+        )
+        return [str(r[0]) for r in rows]
+
+    def is_closed(self, conn: Any) -> bool:
+        return not conn.open
+
+    def drop(self, table: str) -> None:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SET SESSION lock_wait_timeout = 10")
+                cursor.execute(f"DROP TABLE IF EXISTS {self.q(table)}")
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def db(mysql_dsn: str, mysql_params: MysqlParams) -> MariaDb:
+    return MariaDb(mysql_dsn, mysql_params)
+
+
+class TestMariaDbSink(SqlSinkCases):
+    bad_type_needles = ("Incorrect integer value", "`n`")
+    auth_needle = "Access denied"
+
+    def check_created_types(self, types: dict[str, str]) -> None:
+        assert types == {
+            "id": "bigint",
+            "name": "varchar",  # a key: TEXT cannot be a key without a length
+            "small": "int",
+            "ratio": "double",
+            "flag": "tinyint",
+            "day": "date",
+            "at": "datetime",
+            "amount": "decimal",
+        }
+
+    @pytest.mark.parametrize("tm", ["transaction", "two_phase"])
+    @pytest.mark.parametrize(
+        "case",
+        [
+            # LOAD DATA LOCAL turns all of these into warnings, not errors
+            ("n int", {"n": pa.array([2**40], pa.int64())}, "Out of range value"),
+            ("n varchar(3)", {"n": pa.array(["abcdef"])}, "Data truncated for column 'n'"),
+            ("n int NOT NULL", {"n": pa.array([None], pa.int64())}, "NULL"),
+            ("n date", {"n": pa.array(["2024-13-45"])}, "Data truncated for column 'n'"),
+            ("n decimal(4,2)", {"n": pa.array([1234.5])}, "Out of range value"),
+        ],
+    )
+    def test_load_data_warnings_fail_the_batch(
+        self, db: Db, env: Env, tm: str, case: tuple[str, dict[str, Any], str]
+    ) -> None:
+        ddl, data, needle = case
+        table = env.table()
+        db.create(table, f"id bigint PRIMARY KEY, {ddl}")
+        for mode in ("append", "upsert"):
+            sink = env.sink(
+                table, mode=mode, key_columns=["id"] if mode == "upsert" else (),
+                transaction_mode=tm,
+            )  # fmt: skip
+            sid = env.sink_id(mode)
+            rows = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64()), **data})
+            txn = sink.begin_transaction(env.ctx(sid, batch_id=7, partition=2))
+            try:
+                # LOAD DATA reports the warning in invoke
+                with pytest.raises(twopc.PermanentSinkError) as caught:
+                    sink.invoke(txn, rows)
+            finally:
+                sink.abort(txn)
+            assert_names_task(caught.value, sid, 7, 2)
+            assert needle in str(caught.value), caught.value
+            assert db.count(table) == 0
+            assert env.prepared(sid) == []
+            assert db.markers(env.marker_table, sid) == []
+
+    def test_staging_tables_do_not_linger(self, db: Db, env: Env) -> None:
+        table = env.table()
+        db.create(table, self.KV)
+        sink = env.sink(table, mode="upsert", key_columns=["id"], transaction_mode="two_phase")
+        sid = env.sink_id()
+        _, committable = write(sink, env.ctx(sid), batch(id=[1, 1], v=["a", "b"], n=[1, 2]))
+        assert len(db.staging_tables(sid)) == 1  # kept while the branch is prepared
+        # an aborted transaction's staging table goes with it
+        txn = sink.begin_transaction(env.ctx(sid, batch_id=1))
+        sink.invoke(txn, batch(id=[5], v=["x"], n=[5]))
+        assert len(db.staging_tables(sid)) == 2
+        sink.abort(txn)
+        assert len(db.staging_tables(sid)) == 1
+        assert sink.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+        assert env.leftovers(sid) == ([], [])
+        assert db.rows(table) == [(1, "b", 2)]
+
+    def test_recovery_sweeps_staging_of_a_dead_task(self, db: Db, env: Env) -> None:
+        """A task that died after creating its staging table, before preparing."""
+        table = env.table()
+        db.create(table, self.KV)
+        sid = env.sink_id()
+        sink = env.sink(table, mode="upsert", key_columns=["id"], transaction_mode="two_phase")
+        txn = sink.begin_transaction(env.ctx(sid, batch_id=0, partition=0))
+        sink.invoke(txn, batch(id=[1], v=["a"], n=[1]))
+        txn.conn.close()  # the task's process dies: no abort, the table stays
+        assert len(db.staging_tables(sid)) == 1
+        coordinator = env.coordinator(env.sink(table, mode="upsert", key_columns=["id"],
+                                               transaction_mode="two_phase"), sid)  # fmt: skip
+        coordinator.run_batch(
+            env.query_id, 0, LocalEngine([table_of(batch(id=[1], v=["b"], n=[2]))], processes=False)
+        )
+        assert env.leftovers(sid) == ([], [])
+        assert db.rows(table) == [(1, "b", 2)]
+
+    def test_server_killed_after_prepare_then_recovered(
+        self, db: Db, env: Env, services: ServiceControl
+    ) -> None:
+        table = env.table()
+        db.create(table, self.KV)
+        sid = env.sink_id()
+        options: dict[str, Any] = {
+            "mode": "upsert",
+            "key_columns": ["id"],
+            "transaction_mode": "two_phase",
+        }
+        decided = [table_of(batch(id=[1, 2], v=["a", "b"], n=[1, 2])), table_of(batch(id=[3]))]
+        crashing = env.coordinator(env.sink(table, **options), sid, faults="after_decision:raise")
+        with pytest.raises(twopc.InjectedFault):
+            crashing.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        # an undecided branch of the next batch, too
+        write(env.sink(table, **options), env.ctx(sid, batch_id=1), batch(id=[9], v=["z"]))
+        prepared = env.prepared(sid)
+        assert len(prepared) == 3
+
+        services.kill("mariadb")
+        services.restart("mariadb")
+
+        assert env.prepared(sid) == prepared  # prepared branches survive the crash
+        assert db.count(table) == 0
+        restarted = env.coordinator(env.sink(table, **options), sid)
+        stats = restarted.recover()
+        assert (stats.committed, stats.aborted) == (2, 1)
+        assert env.prepared(sid) == []
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None)]
+        restarted.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        restarted.run_batch(
+            env.query_id, 1, LocalEngine([table_of(batch(id=[9], v=["z"]))], processes=False)
+        )
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
+        assert env.prepared(sid) == []

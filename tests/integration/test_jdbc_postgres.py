@@ -1,0 +1,237 @@
+"""The ``postgres`` SQL sink against a real PostgreSQL server (``scripts/services``).
+
+The shared cases live in :class:`tests.integration.jdbc_support.SqlSinkCases`; this module
+adds what only Postgres has: ``pg_terminate_backend``, a postmaster SIGKILL with a prepared
+branch, binary ``COPY`` type errors and the ``max_prepared_transactions = 0`` error path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("tests.integration.jdbc_support")
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+import twopc  # noqa: E402
+from twopc.local import LocalEngine  # noqa: E402
+from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
+from twopc_jdbc.postgres import PostgresSink  # noqa: E402
+
+from .jdbc_support import (  # noqa: E402
+    Db,
+    Env,
+    SqlSinkCases,
+    assert_names_task,
+    batch,
+    table_of,
+    write,
+)
+from .services import ServiceControl  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+class PostgresDb(Db):
+    name = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def sink_class(self) -> type[SqlSink]:
+        return PostgresSink
+
+    def query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cursor = conn.execute(statement, tuple(params) or None)  # type: ignore[arg-type]
+            return list(cursor.fetchall()) if cursor.description else []
+
+    def q(self, identifier: str) -> str:
+        return '"' + identifier.replace('"', '""') + '"'
+
+    def prepared(self, gtrid_prefix: str) -> list[str]:
+        rows = self.query(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND starts_with(gid, %s) ORDER BY gid",
+            (gtrid_prefix,),
+        )
+        return [r[0] for r in rows]
+
+    def rollback_prepared(self, gid: str) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+
+    def column_types(self, table: str) -> dict[str, str]:
+        rows = self.query(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+            (table,),
+        )
+        return {r[0]: r[1].lower() for r in rows}
+
+    def primary_key(self, table: str) -> list[str]:
+        rows = self.query(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = %s::regclass AND i.indisprimary "
+            "ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            (self.q(table),),
+        )
+        return [r[0] for r in rows]
+
+    def terminate(self, txn: SqlTransaction) -> None:
+        pid = txn.conn.info.backend_pid
+        assert self.query("SELECT pg_terminate_backend(%s, 5000)", (pid,)) == [(True,)]
+
+    def staging_tables(self, sink_id: str) -> list[str]:
+        return []  # created and dropped inside the sink's own transaction
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed)
+
+    def drop(self, table: str) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '10s'")
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+@pytest.fixture
+def db(postgres_dsn: str) -> PostgresDb:
+    return PostgresDb(postgres_dsn)
+
+
+class TestPostgresSink(SqlSinkCases):
+    bad_type_needles = ("n string -> int8",)
+    auth_needle = "password authentication failed"
+
+    def check_created_types(self, types: dict[str, str]) -> None:
+        assert types == {
+            "id": "bigint",
+            "name": "text",
+            "small": "integer",
+            "ratio": "double precision",
+            "flag": "boolean",
+            "day": "date",
+            "at": "timestamp with time zone",
+            "amount": "numeric",
+        }
+
+    def test_staging_leaves_no_table_behind(self, db: Db, env: Env) -> None:
+        table = env.table()
+        db.create(table, self.KV)
+        sink = env.sink(table, mode="upsert", key_columns=["id"], transaction_mode="two_phase")
+        sid = env.sink_id()
+        before = db.query(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'twopc\\_stage\\_%%'"
+        )
+        _, committable = write(sink, env.ctx(sid), batch(id=[1], v=["a"], n=[1]))
+        sink.commit([committable])
+        after = db.query("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'twopc\\_stage\\_%%'")
+        assert after == before
+        assert db.rows(table) == [(1, "a", 1)]
+
+    @pytest.mark.parametrize(
+        ("column", "values", "needle"),
+        [
+            ("n", batch(n=[2**40]).column(0), "column 'n': 1099511627776 is out of range for int4"),
+            ("v", batch(v=["x" * 20]).column(0), "too long"),
+        ],
+    )
+    def test_bad_values_rejected_by_copy(
+        self, db: Db, env: Env, column: str, values: Any, needle: str
+    ) -> None:
+        table = env.table()
+        db.create(table, "id bigint PRIMARY KEY, v varchar(8), n integer")
+        sink = env.sink(table, transaction_mode="two_phase")
+        data = batch(id=[1], **{column: values})
+        sid = env.sink_id()
+        txn = sink.begin_transaction(env.ctx(sid, batch_id=2, partition=1))
+        try:
+            with pytest.raises(twopc.PermanentSinkError) as caught:
+                sink.invoke(txn, data)
+        finally:
+            sink.abort(txn)
+        assert_names_task(caught.value, sid, 2, 1)
+        assert needle in str(caught.value), caught.value
+        assert db.count(table) == 0
+        assert env.prepared(sid) == []
+
+    def test_two_phase_without_max_prepared_transactions(self, db: Db, env: Env) -> None:
+        """The server cannot be restarted with the setting at 0 here; fake only the SHOW."""
+        sink = _NoPreparedSink(db.dsn, table=env.table(), transaction_mode="two_phase",
+                               marker_table=env.marker_table)  # fmt: skip
+        sid = env.sink_id()
+        with pytest.raises(twopc.PermanentSinkError) as caught:
+            sink.begin_transaction(env.ctx(sid, batch_id=1, partition=0))
+        assert "max_prepared_transactions = 0" in str(caught.value)
+        assert "transaction_mode='transaction'" in str(caught.value)
+        assert_names_task(caught.value, sid, 1, 0)
+        assert sink.opened and all(c.closed for c in sink.opened)
+
+    def test_server_killed_after_prepare_then_recovered(
+        self, db: Db, env: Env, services: ServiceControl
+    ) -> None:
+        table = env.table()
+        db.create(table, self.KV)
+        sid = env.sink_id()
+        options: dict[str, Any] = {
+            "mode": "upsert",
+            "key_columns": ["id"],
+            "transaction_mode": "two_phase",
+        }
+        decided = [table_of(batch(id=[1, 2], v=["a", "b"], n=[1, 2])), table_of(batch(id=[3]))]
+        crashing = env.coordinator(env.sink(table, **options), sid, faults="after_decision:raise")
+        with pytest.raises(twopc.InjectedFault):
+            crashing.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        # an undecided branch of the next batch, too
+        write(env.sink(table, **options), env.ctx(sid, batch_id=1), batch(id=[9], v=["z"]))
+        prepared = env.prepared(sid)
+        assert len(prepared) == 3
+
+        services.kill("postgres")
+        services.restart("postgres")
+
+        assert env.prepared(sid) == prepared  # prepared branches survive the crash
+        assert db.count(table) == 0
+        restarted = env.coordinator(env.sink(table, **options), sid)
+        stats = restarted.recover()
+        assert (stats.committed, stats.aborted) == (2, 1)
+        assert env.prepared(sid) == []
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None)]
+        # the query goes on: the replayed batch 0 is skipped, batch 1 is written once
+        restarted.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        restarted.run_batch(
+            env.query_id, 1, LocalEngine([table_of(batch(id=[9], v=["z"]))], processes=False)
+        )
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
+        assert env.prepared(sid) == []
+
+
+class _FakeShowConnection:
+    """A real connection, except that ``SHOW max_prepared_transactions`` answers 0."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        if statement == "SHOW max_prepared_transactions":
+            return self._conn.execute("SELECT '0'")
+        return self._conn.execute(statement, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _NoPreparedSink(PostgresSink):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened: list[Any] = []
+
+    def connect(self, *, autocommit: bool) -> Any:
+        conn = super().connect(autocommit=autocommit)
+        self.opened.append(conn)
+        return _FakeShowConnection(conn)
