@@ -15,13 +15,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["VALUE_FORMATS", "Record", "records"]
+__all__ = ["VALUE_FORMATS", "Record", "RowSerializer", "records"]
 
 VALUE_FORMATS = ("json", "string", "bytes")
 _SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
@@ -60,17 +60,29 @@ def is_spark_shape(schema: pa.Schema) -> bool:
     return "value" in schema.names and set(schema.names) <= _SPARK_COLUMNS
 
 
+RowSerializer = Callable[[dict[str, Any], str], bytes]
+"""``serialize(row, topic) -> bytes``: a user serializer, e.g. wrapping a schema registry's
+Avro or Protobuf serializer."""
+
+
 def records(
-    batch: pa.RecordBatch, value_format: str = "json", key_column: str | None = None
+    batch: pa.RecordBatch,
+    value_format: str = "json",
+    key_column: str | None = None,
+    serializer: RowSerializer | None = None,
+    topic: str = "",
 ) -> Iterator[Record]:
     """The batch's rows as records; raises ``ValueError`` on a shape it cannot send."""
-    if is_spark_shape(batch.schema):
+    if is_spark_shape(batch.schema) and serializer is None:
         yield from _spark_records(batch)
         return
     names = batch.schema.names
     keys = batch.column(key_column).to_pylist() if key_column else None
-    if value_format == "json":
-        values: list[bytes | None] = [
+    values: list[bytes | None]
+    if serializer is not None:
+        values = [_serialize(serializer, row, topic, i) for i, row in enumerate(batch.to_pylist())]
+    elif value_format == "json":
+        values = [
             json.dumps(row, default=_json_default, separators=(",", ":")).encode()
             for row in batch.to_pylist()
         ]
@@ -84,6 +96,15 @@ def records(
         values = [_to_bytes(v) for v in batch.column(data_columns[0]).to_pylist()]
     for index, value in enumerate(values):
         yield Record(None, value, None if keys is None else _to_bytes(keys[index]))
+
+
+def _serialize(serializer: RowSerializer, row: dict[str, Any], topic: str, index: int) -> bytes:
+    try:
+        return serializer(row, topic)
+    except Exception as exc:  # a row the user's schema rejects: bad input, not a crash
+        raise ValueError(
+            f"value_serializer rejected row {index} of the batch: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _spark_records(batch: pa.RecordBatch) -> Iterator[Record]:

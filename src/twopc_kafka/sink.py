@@ -20,6 +20,7 @@ per-partition transactions, even behind a barrier, cannot promise that).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import time
@@ -48,7 +49,7 @@ from twopc import (
     TaskContext,
     TransientSinkError,
 )
-from twopc_kafka._records import VALUE_FORMATS, Record, records
+from twopc_kafka._records import VALUE_FORMATS, Record, RowSerializer, records
 
 __all__ = ["MODES", "KafkaSink"]
 
@@ -115,6 +116,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         value_format: ``json``, ``string`` or ``bytes`` for frames without Spark's Kafka
             columns (``key``, ``value``, ``topic``, ``partition``, ``headers``).
         key_column: the column used as the record key for such frames.
+        value_serializer: ``"package.module:factory"``; ``factory()`` returns
+            ``serialize(row: dict, topic: str) -> bytes``, used for every row instead of
+            ``value_format`` (for Avro or Protobuf through a schema registry client). It is
+            imported in each task, so the client is created where it is used.
         marker_topic: the topic whose partition 0 carries the marker offsets (default:
             ``topic``); it must exist.
         transaction_timeout_ms: ``transaction.timeout.ms``; must not exceed the broker's
@@ -137,6 +142,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         transactional_id_prefix: str = "twopc",
         value_format: str = "json",
         key_column: str | None = None,
+        value_serializer: str | None = None,
         marker_topic: str | None = None,
         transaction_timeout_ms: int = 60_000,
         producer_config: dict[str, Any] | None = None,
@@ -174,6 +180,13 @@ class KafkaSink(Sink[KafkaTransaction]):
         self.prefix = transactional_id_prefix
         self.value_format = value_format
         self.key_column = key_column
+        if value_serializer is not None and ":" not in value_serializer:
+            raise ConfigurationError(
+                "kafka sink: value_serializer must be 'package.module:factory', not "
+                f"{value_serializer!r}"
+            )
+        self.value_serializer = value_serializer
+        self._serializer: RowSerializer | None = None
         self.marker_topic = marker_topic or topic or ""
         self.transaction_timeout_ms = int(transaction_timeout_ms)
         self.producer_config = config
@@ -207,6 +220,7 @@ class KafkaSink(Sink[KafkaTransaction]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_known_topics"] = set()
+        state["_serializer"] = None
         state["_open"] = {}
         return state
 
@@ -360,13 +374,24 @@ class KafkaSink(Sink[KafkaTransaction]):
                 partition=ctx.partition,
             )
         try:
-            for record in records(batch, self.value_format, self.key_column):
+            serializer = self._row_serializer()
+            topic = self.topic or ""
+            for record in records(batch, self.value_format, self.key_column, serializer, topic):
                 self._produce(txn, record)
         except ValueError as exc:
             raise PermanentSinkError(
                 str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
             ) from exc
         txn.producer.poll(0)
+
+    def _row_serializer(self) -> RowSerializer | None:
+        if self.value_serializer is None:
+            return None
+        if self._serializer is None:
+            module_name, _, attribute = self.value_serializer.partition(":")
+            factory = getattr(importlib.import_module(module_name), attribute)
+            self._serializer = factory()
+        return self._serializer
 
     def _produce(self, txn: KafkaTransaction, record: Record) -> None:
         ctx = txn.ctx
