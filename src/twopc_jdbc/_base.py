@@ -447,15 +447,7 @@ class SqlSink(Sink[SqlTransaction]):
             _close_quietly(txn.conn)  # MariaDB lets others commit a branch only once detached
         else:
             self._open[_key(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
-        return Committable(
-            sink_id=ctx.sink_id,
-            query_id=ctx.query_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-            attempt=ctx.attempt,
-            payload=payload,
-            version=_PAYLOAD_VERSION,
-        )
+        return Committable.for_task(ctx, payload, _PAYLOAD_VERSION)
 
     def abort(self, txn: SqlTransaction) -> None:
         try:

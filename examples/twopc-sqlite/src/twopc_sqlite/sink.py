@@ -172,14 +172,8 @@ class SqliteSink(Sink[SqliteTransaction]):
     def pre_commit(self, txn: SqliteTransaction) -> Committable:
         ctx = txn.ctx
         txn_id = uuid.uuid4().hex
-        committable = Committable(
-            sink_id=ctx.sink_id,
-            query_id=ctx.query_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-            attempt=ctx.attempt,
-            payload={"txn": txn_id, "table": self.table, "rows": txn.rows},
-            version=PAYLOAD_VERSION,
+        committable = Committable.for_task(
+            ctx, {"txn": txn_id, "table": self.table, "rows": txn.rows}, PAYLOAD_VERSION
         )
         try:
             with self._connect() as connection, _write(connection):
