@@ -125,6 +125,11 @@ class _KafkaTarget:
             consumer.close()
 
 
+    def bad_batch(self) -> pa.RecordBatch:
+        # larger than the producer's message.max.bytes (1 MB by default)
+        return pa.record_batch({"id": pa.array([1], pa.int64()), "payload": ["x" * 2_000_000]})
+
+
 class TestKafkaPerPartitionConformance(_KafkaTarget, SinkConformanceSuite):
     sink_factory = "tests.kit.factories:kafka_sink"
     large_rows = 50_000
