@@ -531,24 +531,31 @@ class KafkaSink(Sink[KafkaTransaction]):
         ``read_committed`` consumers are not stalled by a crashed run until its timeout."""
         if self._swept_prefix:
             return 0
+        if not self._probe(sink_id, 0):
+            # Broker unreachable or credentials refused: do not wait out every probe; the
+            # batch's tasks report the cause, and the next batch sweeps again.
+            return 0
         partitions = max(self.lingering_probe, self._partitions_seen(sink_id))
-        probed = 0
-        for partition in range(partitions):
-            producer = self._producer(self.transactional_id(sink_id, partition))
-            try:
-                producer.init_transactions(self.timeout)  # aborts an open transaction
-                probed += 1
-            except KafkaException as exc:
-                _log.warning(
-                    "probing %s failed: %s", self.transactional_id(sink_id, partition), exc
-                )
-            del producer  # no librdkafka client may outlive this (forked tasks follow)
-        # Done for this process only if the broker answered; otherwise the next batch tries.
-        self._swept_prefix = probed > 0
+        for partition in range(1, partitions):
+            self._probe(sink_id, partition)
+        self._swept_prefix = True
         _log.info(
             "sink %r: probed %d transactional ids for lingering transactions", sink_id, partitions
         )
         return 0
+
+    def _probe(self, sink_id: str, partition: int) -> bool:
+        """``init_transactions`` on one transactional id: aborts its open transaction."""
+        transactional_id = self.transactional_id(sink_id, partition)
+        producer = self._producer(transactional_id)
+        try:
+            producer.init_transactions(self.timeout)
+            return True
+        except KafkaException as exc:
+            _log.warning("probing %s for a lingering transaction failed: %s", transactional_id, exc)
+            return False
+        finally:
+            del producer  # no librdkafka client may outlive this (forked tasks follow)
 
     def _partitions_seen(self, sink_id: str) -> int:
         """One more than the highest partition with a marker group, in any query."""

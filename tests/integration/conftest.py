@@ -59,3 +59,14 @@ def mysql_dsn(services_cli: Services) -> str:
 def mysql_params(mysql_dsn: str) -> MysqlParams:
     """The MariaDB URL split for ``pymysql.connect(**mysql_params.connect_kwargs())``."""
     return parse_mysql_dsn(mysql_dsn)
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(services_cli: Services) -> dict[str, str]:
+    """The test broker's SASL/PLAIN listener: ``bootstrap``, ``username``, ``password``."""
+    env = services_cli.start("kafka")
+    return {
+        "bootstrap": env["KAFKA_SASL_BOOTSTRAP_SERVERS"],
+        "username": env["KAFKA_SASL_USERNAME"],
+        "password": env["KAFKA_SASL_PASSWORD"],
+    }
