@@ -169,3 +169,30 @@ def test_driver_killed_mid_stream_then_restarted_counts_each_window_once(
             seconds=5
         )
     assert not {ABORTED_IP, FLUSH_IP} & {ip for _, ip in seen}
+
+
+def test_python_worker_killed_after_its_commit_then_restarted_counts_each_window_once(
+    kafka_bootstrap: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The Python worker of one task dies right after its transaction committed: Spark
+    (local[2], no task retry) fails the query; the restart re-runs the batch, the marker
+    of that partition makes its task write nothing, the other partitions write theirs."""
+    lines = access_lines()
+    expected = expected_counts(lines)
+    source = create_topic(kafka_bootstrap, unique("access-log"))
+    output = create_topic(kafka_bootstrap, unique("access-counts"), partitions=2)
+    produce_input(kafka_bootstrap, source, lines)
+    args = _pipeline(kafka_bootstrap, source, output, tmp_path, "per_partition")
+
+    first = run_process(
+        args, faults=f"after_task_commit:kill@batch={CRASH_BATCH},partition=0", timeout=240
+    )
+    assert first.returncode not in (0, -signal.SIGKILL), first.stderr[-4000:]
+    second = run_process(args, timeout=240)
+    assert second.returncode == 0, second.stderr[-4000:]
+
+    records = committed_windows(kafka_bootstrap, output)
+    seen = Counter((str(r["window_start"]), str(r["ip"])) for r in records)
+    assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
+    assert {(str(r["window_start"]), str(r["ip"])): r["count"] for r in records} == dict(expected)
