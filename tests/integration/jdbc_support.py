@@ -31,6 +31,8 @@ import twopc
 from twopc.local import LocalEngine
 from twopc_jdbc._base import SqlSink, SqlTransaction
 
+from .services import ServiceControl
+
 MODES = ("transaction", "two_phase")
 SECRET = "s3cr3t-Pa55w0rd-never-shown"
 
@@ -293,6 +295,8 @@ class SqlSinkCases:
     # column DDL both servers accept
     KV = "id bigint PRIMARY KEY, v varchar(64), n bigint"
     KV_NO_KEY = "id bigint, v varchar(64), n bigint"
+    service: str
+    """The name ``scripts/services`` knows the subclass's server by."""
 
     @pytest.fixture
     def env(self, db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
@@ -1067,3 +1071,41 @@ class SqlSinkCases:
         for text in texts:
             assert SECRET not in text, text
         assert "twopc@127.0.0.1:1/twopc" in sink.describe()
+
+    def test_server_killed_after_prepare_then_recovered(
+        self, db: Db, env: Env, services: ServiceControl
+    ) -> None:
+        table = env.table()
+        db.create(table, self.KV)
+        sid = env.sink_id()
+        options: dict[str, Any] = {
+            "mode": "upsert",
+            "key_columns": ["id"],
+            "transaction_mode": "two_phase",
+        }
+        decided = [table_of(batch(id=[1, 2], v=["a", "b"], n=[1, 2])), table_of(batch(id=[3]))]
+        crashing = env.coordinator(env.sink(table, **options), sid, faults="after_decision:raise")
+        with pytest.raises(twopc.InjectedFault):
+            crashing.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        # an undecided branch of the next batch, too
+        write(env.sink(table, **options), env.ctx(sid, batch_id=1), batch(id=[9], v=["z"]))
+        prepared = env.prepared(sid)
+        assert len(prepared) == 3
+
+        services.kill(self.service)
+        services.restart(self.service)
+
+        assert env.prepared(sid) == prepared  # prepared branches survive the crash
+        assert db.count(table) == 0
+        restarted = env.coordinator(env.sink(table, **options), sid)
+        stats = restarted.recover()
+        assert (stats.committed, stats.aborted) == (2, 1)
+        assert env.prepared(sid) == []
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None)]
+        # the query goes on: the replayed batch 0 is skipped, batch 1 is written once
+        restarted.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
+        restarted.run_batch(
+            env.query_id, 1, LocalEngine([table_of(batch(id=[9], v=["z"]))], processes=False)
+        )
+        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
+        assert env.prepared(sid) == []

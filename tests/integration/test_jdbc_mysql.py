@@ -33,7 +33,7 @@ from .jdbc_support import (  # noqa: E402
     wait_until,
     write,
 )
-from .services import MysqlParams, ServiceControl  # noqa: E402
+from .services import MysqlParams  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -137,6 +137,7 @@ def db(mysql_dsn: str, mysql_params: MysqlParams) -> MariaDb:
 
 
 class TestMariaDbSink(SqlSinkCases):
+    service = "mariadb"
     bad_type_needles = ("Incorrect integer value", "`n`")
     auth_needle = "Access denied"
 
@@ -224,40 +225,3 @@ class TestMariaDbSink(SqlSinkCases):
         )
         assert env.leftovers(sid) == ([], [])
         assert db.rows(table) == [(1, "b", 2)]
-
-    def test_server_killed_after_prepare_then_recovered(
-        self, db: Db, env: Env, services: ServiceControl
-    ) -> None:
-        table = env.table()
-        db.create(table, self.KV)
-        sid = env.sink_id()
-        options: dict[str, Any] = {
-            "mode": "upsert",
-            "key_columns": ["id"],
-            "transaction_mode": "two_phase",
-        }
-        decided = [table_of(batch(id=[1, 2], v=["a", "b"], n=[1, 2])), table_of(batch(id=[3]))]
-        crashing = env.coordinator(env.sink(table, **options), sid, faults="after_decision:raise")
-        with pytest.raises(twopc.InjectedFault):
-            crashing.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
-        # an undecided branch of the next batch, too
-        write(env.sink(table, **options), env.ctx(sid, batch_id=1), batch(id=[9], v=["z"]))
-        prepared = env.prepared(sid)
-        assert len(prepared) == 3
-
-        services.kill("mariadb")
-        services.restart("mariadb")
-
-        assert env.prepared(sid) == prepared  # prepared branches survive the crash
-        assert db.count(table) == 0
-        restarted = env.coordinator(env.sink(table, **options), sid)
-        stats = restarted.recover()
-        assert (stats.committed, stats.aborted) == (2, 1)
-        assert env.prepared(sid) == []
-        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None)]
-        restarted.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
-        restarted.run_batch(
-            env.query_id, 1, LocalEngine([table_of(batch(id=[9], v=["z"]))], processes=False)
-        )
-        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
-        assert env.prepared(sid) == []

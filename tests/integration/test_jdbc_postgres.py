@@ -18,7 +18,6 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 import twopc  # noqa: E402
-from twopc.local import LocalEngine  # noqa: E402
 from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
 from twopc_jdbc.postgres import PostgresSink  # noqa: E402
 
@@ -28,10 +27,8 @@ from .jdbc_support import (  # noqa: E402
     SqlSinkCases,
     assert_names_task,
     batch,
-    table_of,
     write,
 )
-from .services import ServiceControl  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +102,7 @@ def db(postgres_dsn: str) -> PostgresDb:
 
 
 class TestPostgresSink(SqlSinkCases):
+    service = "postgres"
     bad_type_needles = ("n string -> int8",)
     auth_needle = "password authentication failed"
 
@@ -171,44 +169,6 @@ class TestPostgresSink(SqlSinkCases):
         assert "transaction_mode='transaction'" in str(caught.value)
         assert_names_task(caught.value, sid, 1, 0)
         assert sink.opened and all(c.closed for c in sink.opened)
-
-    def test_server_killed_after_prepare_then_recovered(
-        self, db: Db, env: Env, services: ServiceControl
-    ) -> None:
-        table = env.table()
-        db.create(table, self.KV)
-        sid = env.sink_id()
-        options: dict[str, Any] = {
-            "mode": "upsert",
-            "key_columns": ["id"],
-            "transaction_mode": "two_phase",
-        }
-        decided = [table_of(batch(id=[1, 2], v=["a", "b"], n=[1, 2])), table_of(batch(id=[3]))]
-        crashing = env.coordinator(env.sink(table, **options), sid, faults="after_decision:raise")
-        with pytest.raises(twopc.InjectedFault):
-            crashing.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
-        # an undecided branch of the next batch, too
-        write(env.sink(table, **options), env.ctx(sid, batch_id=1), batch(id=[9], v=["z"]))
-        prepared = env.prepared(sid)
-        assert len(prepared) == 3
-
-        services.kill("postgres")
-        services.restart("postgres")
-
-        assert env.prepared(sid) == prepared  # prepared branches survive the crash
-        assert db.count(table) == 0
-        restarted = env.coordinator(env.sink(table, **options), sid)
-        stats = restarted.recover()
-        assert (stats.committed, stats.aborted) == (2, 1)
-        assert env.prepared(sid) == []
-        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None)]
-        # the query goes on: the replayed batch 0 is skipped, batch 1 is written once
-        restarted.run_batch(env.query_id, 0, LocalEngine(decided, processes=False))
-        restarted.run_batch(
-            env.query_id, 1, LocalEngine([table_of(batch(id=[9], v=["z"]))], processes=False)
-        )
-        assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
-        assert env.prepared(sid) == []
 
 
 class _FakeShowConnection:
