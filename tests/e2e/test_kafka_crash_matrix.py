@@ -6,16 +6,13 @@ read_committed consumer must then see every key exactly once.
 from __future__ import annotations
 
 import signal
-import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import run_process
+from tests.integration.kafka_support import committed_keys, create_topic
 from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -35,52 +32,11 @@ DRIVER_POINTS = [CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION, CrashPoi
 CASES = [(mode, p) for mode in ("per_partition", "atomic") for p in [*TASK_POINTS, *DRIVER_POINTS]]
 
 
-def create_topic(bootstrap: str, partitions: int = 3) -> str:
-    name = f"crash-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(30)
-    return name
-
-
-def read_committed_keys(bootstrap: str, topic: str, timeout: float = 30.0) -> Counter[str]:
-    """Every key a read_committed consumer sees, read up to the last stable offsets."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout)
-        partitions = [TopicPartition(topic, p, 0) for p in metadata.topics[topic].partitions]
-        consumer.assign(partitions)
-        ends = {
-            tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)[1]
-            for tp in partitions
-        }
-        keys: Counter[str] = Counter()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                keys[message.key().decode()] += 1
-                continue
-            positions = consumer.position(partitions)
-            if all(tp.offset >= ends[tp.partition] for tp in positions if ends[tp.partition] > 0):
-                break
-        return keys
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize(("mode", "point"), CASES, ids=[f"{m}-{p.value}" for m, p in CASES])
 def test_sigkill_at_crash_point_then_restart(
     kafka_bootstrap: str, tmp_path: Path, mode: str, point: CrashPoint
 ) -> None:
-    topic = create_topic(kafka_bootstrap)
+    topic = create_topic(kafka_bootstrap, partitions=3)
     sink_id = f"k-{uuid.uuid4().hex[:8]}"
     args = [
         "tests/e2e/local_kafka_query.py",
@@ -105,13 +61,13 @@ def test_sigkill_at_crash_point_then_restart(
     rows = ",rows=10" if point is CrashPoint.AFTER_INVOKE else ""
     first = run_process(args, faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}")
     assert first.returncode == (-signal.SIGKILL if point.on_driver else 1), first.stderr[-3000:]
-    seen = read_committed_keys(kafka_bootstrap, topic)
+    seen = committed_keys(kafka_bootstrap, topic)
     assert all(n == 1 for n in seen.values()), "duplicates after the crash"
     assert set(seen) <= EXPECTED
 
     second = run_process(args)
     assert second.returncode == 0, second.stderr[-3000:]
-    keys = read_committed_keys(kafka_bootstrap, topic)
+    keys = committed_keys(kafka_bootstrap, topic)
     duplicates = {k: n for k, n in keys.items() if n > 1}
     assert not duplicates, f"duplicates: {sorted(duplicates.items())[:10]}"
     assert set(keys) == EXPECTED, f"missing: {sorted(EXPECTED - set(keys))[:10]}"

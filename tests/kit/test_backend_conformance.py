@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,8 @@ import psycopg
 import pyarrow as pa
 import pymysql
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.kafka_support import create_topic, read_messages, unique
 from tests.integration.services import parse_mysql_dsn
 from tests.kit import factories
 from twopc.testing import SinkConformanceSuite
@@ -88,42 +86,11 @@ class TestMySQLTwoPhaseConformance(_MySQLTarget, SinkConformanceSuite):
 
 class _KafkaTarget:
     def new_target(self, tmp_path: Path) -> str:
-        topic = f"kit-{uuid.uuid4().hex[:12]}"
-        admin = AdminClient({"bootstrap.servers": factories.kafka_bootstrap()})
-        for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-            future.result(30)
-        return topic
+        return create_topic(factories.kafka_bootstrap(), unique("kit"), partitions=2)
 
     def read_committed(self, target: str) -> list[int]:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": factories.kafka_bootstrap(),
-                "group.id": f"kit-reader-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            partitions = [TopicPartition(target, p, 0) for p in range(2)]
-            consumer.assign(partitions)
-            ends = {
-                tp.partition: consumer.get_watermark_offsets(tp, timeout=20, cached=False)[1]
-                for tp in partitions
-            }
-            ids: list[int] = []
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                message = consumer.poll(0.2)
-                if message is not None and message.error() is None:
-                    ids.append(int(json.loads(message.value())["id"]))
-                    continue
-                positions = consumer.position(partitions)
-                if all(tp.offset >= ends[tp.partition] for tp in positions if ends[tp.partition]):
-                    break
-            return ids
-        finally:
-            consumer.close()
-
+        messages = read_messages(factories.kafka_bootstrap(), target)
+        return [int(json.loads(m.value or b"{}")["id"]) for m in messages]
 
     def bad_batch(self) -> pa.RecordBatch:
         # larger than the producer's message.max.bytes (1 MB by default)
