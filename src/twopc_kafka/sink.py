@@ -31,6 +31,8 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
@@ -38,14 +40,20 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+# confluent-kafka's own type hints do not declare this re-export
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # isort: skip
+
 from twopc import (
     Capabilities,
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Inspection,
+    PendingWork,
     PermanentSinkError,
     Sink,
     SinkError,
+    TargetMarker,
     TaskContext,
     TransientSinkError,
 )
@@ -556,6 +564,144 @@ class KafkaSink(Sink[KafkaTransaction]):
             return False
         finally:
             del producer  # no librdkafka client may outlive this (forked tasks follow)
+
+    # -- read-only inspection -----------------------------------------------------------------
+
+    def inspect(self, sink_id: str) -> Inspection:
+        """Marker offsets and partitions held back by an open transaction, without probing.
+
+        confluent-kafka's AdminClient cannot list or describe transactions, and
+        ``init_transactions`` (the sweep's probe) aborts what it finds, so an open
+        transaction is only visible as a partition whose last stable offset (what a
+        ``read_committed`` reader may read up to) is below its high watermark.
+        """
+        admin = AdminClient(self._admin_only_config())
+        groups = self._marker_groups(admin, sink_id)
+        markers = tuple(self._marker_offsets(admin, groups))
+        pending = tuple(self._open_transactions(admin))
+        probes = max(self.lingering_probe, self._partitions_seen(sink_id))
+        topics = ", ".join(sorted(self._inspected_topics()))
+        notes = (
+            f"kafka: open transactions are seen per topic partition (last stable offset below "
+            f"the high watermark) on {topics} only; Kafka's admin API as used here cannot list "
+            "transactions, so status cannot tell which transactional id holds a partition "
+            "open, nor see an open transaction that wrote only to other topics (rows with a "
+            "topic column)",
+            f"kafka: recover aborts open transactions of the transactional ids "
+            f"{self.transactional_id(sink_id, 0)} .. {self.transactional_id(sink_id, probes - 1)} "
+            "(init_transactions fences them); a transaction of another producer stays open "
+            "until its transaction.timeout.ms",
+            "kafka: each task commits its own transaction, so nothing waits for a commit "
+            "decision; the marker offsets show which partitions committed",
+        )
+        return Inspection(pending, markers, notes)
+
+    def _inspected_topics(self) -> set[str]:
+        return {t for t in (self.topic, self.marker_topic) if t}
+
+    def _marker_groups(self, admin: Any, sink_id: str) -> list[tuple[str, str, int]]:
+        """(group, query id, partition) of every marker group of the sink."""
+        listing = admin.list_consumer_groups(request_timeout=self.timeout).result(self.timeout)
+        prefix = f"{self.prefix}.{sink_id}."
+        found = []
+        for group in listing.valid:
+            name = str(group.group_id)
+            if not name.startswith(prefix):
+                continue
+            query_id, sep, tail = name[len(prefix) :].rpartition(".p")
+            if sep and query_id and tail.isdigit():
+                found.append((name, query_id, int(tail)))
+        return sorted(found)
+
+    def _marker_offsets(self, admin: Any, groups: list[tuple[str, str, int]]) -> list[TargetMarker]:
+        markers = []
+        for name, query_id, partition in groups:
+            request = ConsumerGroupTopicPartitions(name, [TopicPartition(self.marker_topic, 0)])
+            futures = admin.list_consumer_group_offsets([request], request_timeout=self.timeout)
+            result = futures[name].result(self.timeout)
+            for tp in result.topic_partitions or ():
+                if tp.error is None and tp.offset >= 1:
+                    markers.append(TargetMarker(query_id, partition, int(tp.offset) - 1))
+        return markers
+
+    def _open_transactions(self, admin: Any) -> list[PendingWork]:
+        metadata = admin.list_topics(timeout=self.timeout)
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(self._inspected_topics())
+            if topic in metadata.topics
+            for p in sorted(metadata.topics[topic].partitions)
+        ]
+        if not partitions:
+            return []
+        stable = self._end_offsets(admin, partitions, IsolationLevel.READ_COMMITTED)
+        high = self._end_offsets(admin, partitions, IsolationLevel.READ_UNCOMMITTED)
+        stuck = [
+            tp for tp in partitions if stable[tp.topic, tp.partition] < high[tp.topic, tp.partition]
+        ]
+        ages = self._first_unstable_ages(stuck, stable)
+        return [
+            PendingWork(
+                kind="open_transaction",
+                ident=f"{tp.topic}[{tp.partition}]",
+                partition=tp.partition,
+                age_seconds=ages.get((tp.topic, tp.partition)),
+                detail=(
+                    f"last stable offset {stable[tp.topic, tp.partition]} < high watermark "
+                    f"{high[tp.topic, tp.partition]}: an open transaction holds "
+                    "read_committed readers back"
+                ),
+            )
+            for tp in stuck
+        ]
+
+    def _end_offsets(
+        self, admin: Any, partitions: list[TopicPartition], isolation: Any
+    ) -> dict[tuple[str, int], int]:
+        request = {tp: OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets(
+            request, isolation_level=isolation, request_timeout=self.timeout
+        )
+        return {
+            (tp.topic, tp.partition): int(future.result(self.timeout).offset)
+            for tp, future in futures.items()
+        }
+
+    def _first_unstable_ages(
+        self, stuck: list[TopicPartition], stable: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], float]:
+        """Age of the first record past the last stable offset: how long the open
+        transaction has held readers back (read_uncommitted, never committing offsets)."""
+        if not stuck:
+            return {}
+        consumer = Consumer(
+            {
+                **self._admin_only_config(),
+                "group.id": f"{self.prefix}.status",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        ages: dict[tuple[str, int], float] = {}
+        try:
+            consumer.assign(
+                [
+                    TopicPartition(tp.topic, tp.partition, stable[tp.topic, tp.partition])
+                    for tp in stuck
+                ]
+            )
+            deadline = time.monotonic() + min(self.timeout, 10.0)
+            while len(ages) < len(stuck) and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                key = (str(msg.topic()), int(msg.partition() or 0))
+                _, stamp = msg.timestamp()
+                if key not in ages and stamp > 0:
+                    ages[key] = max(0.0, time.time() - stamp / 1000.0)
+        finally:
+            consumer.close()
+        return ages
 
     def _partitions_seen(self, sink_id: str) -> int:
         """One more than the highest partition with a marker group, in any query."""
