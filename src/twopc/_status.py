@@ -200,7 +200,8 @@ def _work_item(
 ) -> StatusItem:
     committable = work.committable
     if committable is None:
-        action = "sweep"
+        # never prepared, or not attributable: the sweep removes or aborts it
+        action = "abort" if work.kind == "open_transaction" else "sweep"
         detail = work.detail
     else:
         key = (committable.query_id, committable.batch_id)

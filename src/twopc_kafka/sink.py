@@ -644,7 +644,6 @@ class KafkaSink(Sink[KafkaTransaction]):
             PendingWork(
                 kind="open_transaction",
                 ident=f"{tp.topic}[{tp.partition}]",
-                partition=tp.partition,
                 age_seconds=ages.get((tp.topic, tp.partition)),
                 detail=(
                     f"last stable offset {stable[tp.topic, tp.partition]} < high watermark "
