@@ -310,16 +310,17 @@ def recover_sink(
 
     Commits decided work, aborts undecided prepared work, sweeps leftovers. Refuses while a
     liveness record says a writer runs (the query's own recovery could race with this one
-    and abort work it is about to commit), unless ``force``. ``dry_run`` only plans.
+    and abort work it is about to commit), unless ``force``. ``dry_run`` only plans, and
+    is never refused.
     After acting it inspects again; open Kafka transactions take a moment to show as
     aborted, so it waits up to ``settle_seconds`` for those.
     """
     plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    if dry_run:  # changes nothing, so it needs no refusal; the plan shows the writers
+        return RecoveryReport(plan, performed=False)
     if plan.running and not force:
         reasons = "; ".join(f"query {w.heartbeat.query_id}: {w.reason}" for w in plan.running)
         return RecoveryReport(plan, performed=False, refused=f"a writer is running ({reasons})")
-    if dry_run:
-        return RecoveryReport(plan, performed=False)
     coordinator = Coordinator(sink, sink_id, commit_log)
     try:
         stats = coordinator.recover()
