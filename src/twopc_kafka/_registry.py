@@ -177,12 +177,11 @@ class RegistryOptions:
         # Building the serializer checks both configs (unknown keys, malformed credentials);
         # it sends no request.
         try:
-            serializer, client = self._build()
+            _, client = self._build()
         except (ValueError, TypeError) as exc:
             raise ConfigurationError(
                 redact_url(f"kafka sink: schema registry settings rejected: {exc}")
             ) from exc
-        del serializer
         client.close()
 
     def __repr__(self) -> str:
@@ -194,7 +193,7 @@ class RegistryOptions:
 
     @property
     def label(self) -> str:
-        """Names the serializer in error messages: ``the Avro serializer (Order)``."""
+        """Names the serializer in messages: ``the Avro serializer (schema shop.Order)``."""
         if self.value_format == "avro":
             return f"the Avro serializer (schema {self._avro_name()})"
         return f"the Protobuf serializer (message {self.value_schema})"
