@@ -23,6 +23,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,8 @@ _RETRYABLE_STATUS = frozenset({408, 429})
 _USERINFO = re.compile(r"//[^/@\s]+@")
 # client libraries whose exceptions mean "the HTTP request did not get an answer"
 _HTTP_LIBRARIES = frozenset({"httpx", "httpx2", "requests", "urllib3", "httpcore"})
+# tries of one value when the registry answers 409 (see _RowSerializer)
+_CONFLICT_ATTEMPTS = 3
 
 
 class SerializerServiceError(Exception):
@@ -321,16 +324,31 @@ class _RowSerializer:
     def __call__(self, row: dict[str, Any], topic: str) -> bytes:
         # Protobuf: a null column leaves the field unset (its default value).
         value: Any = row if self._message_class is None else self._message_class(**row)
-        try:
-            data = self._serializer(value, self._context_type(topic, self._value_field))
-        except Exception as exc:
-            failure = registry_failure(exc, self._url)
-            if failure is not None:
-                raise failure from exc
-            raise
+        context = self._context_type(topic, self._value_field)
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                data = self._serializer(value, context)
+                break
+            except Exception as exc:
+                if _is_conflict(exc) and attempt + 1 < _CONFLICT_ATTEMPTS:
+                    # Apicurio answers 409 "artifact already exists" to the loser of two
+                    # tasks registering a new subject at once; asked again it returns the
+                    # id. A truly incompatible schema gets 409 again and fails below.
+                    time.sleep(0.1 * (attempt + 1))
+                    continue
+                failure = registry_failure(exc, self._url)
+                if failure is not None:
+                    raise failure from exc
+                raise
         if data is None:  # only for a None value, which a row never is
             raise ValueError("the serializer returned no value")
         return data
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    return getattr(exc, "http_status_code", None) == 409 and type(exc).__module__.startswith(
+        "confluent_kafka.schema_registry"
+    )
 
 
 @dataclass(frozen=True)
