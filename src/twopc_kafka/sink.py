@@ -58,6 +58,12 @@ from twopc import (
     TransientSinkError,
 )
 from twopc_kafka._records import VALUE_FORMATS, Record, RowSerializer, records
+from twopc_kafka._registry import (
+    REGISTRY_FORMATS,
+    RegistryOptions,
+    SerializerServiceError,
+    redact_url,
+)
 
 __all__ = ["MODES", "KafkaSink"]
 
@@ -122,12 +128,25 @@ class KafkaSink(Sink[KafkaTransaction]):
             ``atomic`` (one transaction per micro-batch, written by one task).
         transactional_id_prefix: first part of every ``transactional.id`` and marker group.
         value_format: ``json``, ``string`` or ``bytes`` for frames without Spark's Kafka
-            columns (``key``, ``value``, ``topic``, ``partition``, ``headers``).
+            columns (``key``, ``value``, ``topic``, ``partition``, ``headers``); ``avro``
+            or ``protobuf`` for every row of any frame, through confluent-kafka's
+            serializers and the schema registry at ``schema_registry_url`` (needs
+            ``twopc[avro]`` / ``twopc[protobuf]``).
         key_column: the column used as the record key for such frames.
         value_serializer: ``"package.module:factory"``; ``factory()`` returns
             ``serialize(row: dict, topic: str) -> bytes``, used for every row instead of
-            ``value_format`` (for Avro or Protobuf through a schema registry client). It is
-            imported in each task, so the client is created where it is used.
+            ``value_format`` (for serializers twopc does not build itself). It is imported
+            in each task, so a client it holds is created where it is used.
+        schema_registry_url: the registry's base URL (Confluent REST API), for
+            ``value_format="avro"`` or ``"protobuf"``.
+        value_schema: the Avro schema as JSON text, or the Protobuf message class as
+            ``"package.module:Message"``.
+        schema_registry_config: more ``SchemaRegistryClient`` settings: credentials
+            (``basic.auth.user.info``), TLS (``ssl.ca.location`` ...), ``timeout``,
+            ``max.retries``. Secret values are redacted in ``repr`` and never logged.
+        serializer_config: settings of confluent-kafka's ``AvroSerializer`` /
+            ``ProtobufSerializer`` (``auto.register.schemas``, ``use.latest.version``,
+            ``subject.name.strategy`` ...).
         marker_topic: the topic whose partition 0 carries the marker offsets (default:
             ``topic``); it must exist.
         transaction_timeout_ms: ``transaction.timeout.ms``; must not exceed the broker's
@@ -151,6 +170,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         value_format: str = "json",
         key_column: str | None = None,
         value_serializer: str | None = None,
+        schema_registry_url: str | None = None,
+        value_schema: str | None = None,
+        schema_registry_config: dict[str, Any] | None = None,
+        serializer_config: dict[str, Any] | None = None,
         marker_topic: str | None = None,
         transaction_timeout_ms: int = 60_000,
         producer_config: dict[str, Any] | None = None,
@@ -194,6 +217,14 @@ class KafkaSink(Sink[KafkaTransaction]):
                 f"{value_serializer!r}"
             )
         self.value_serializer = value_serializer
+        self.registry = self._registry_options(
+            value_format,
+            value_serializer=value_serializer,
+            url=schema_registry_url,
+            value_schema=value_schema,
+            client_config=schema_registry_config,
+            serializer_config=serializer_config,
+        )
         self._serializer: RowSerializer | None = None
         self.marker_topic = marker_topic or topic or ""
         self.transaction_timeout_ms = int(transaction_timeout_ms)
@@ -213,13 +244,55 @@ class KafkaSink(Sink[KafkaTransaction]):
         # Prepared transactions of this process, for the in-task commit.
         self._open: dict[tuple[str, int, int, int], KafkaTransaction] = {}
 
+    @staticmethod
+    def _registry_options(
+        value_format: str,
+        *,
+        value_serializer: str | None,
+        url: str | None,
+        value_schema: str | None,
+        client_config: dict[str, Any] | None,
+        serializer_config: dict[str, Any] | None,
+    ) -> RegistryOptions | None:
+        """The Avro/Protobuf settings, checked now; None for the other value formats."""
+        if value_format not in REGISTRY_FORMATS:
+            given = {
+                "schema_registry_url": url,
+                "value_schema": value_schema,
+                "schema_registry_config": client_config,
+                "serializer_config": serializer_config,
+            }
+            extra = sorted(name for name, value in given.items() if value is not None)
+            if extra:
+                raise ConfigurationError(
+                    f"kafka sink: {', '.join(extra)} only apply to value_format='avro' or "
+                    f"'protobuf', not {value_format!r}"
+                )
+            return None
+        if value_serializer is not None:
+            raise ConfigurationError(
+                f"kafka sink: value_format={value_format!r} and value_serializer both say how "
+                "to serialize values; give one"
+            )
+        return RegistryOptions(
+            value_format,
+            url or "",
+            value_schema or "",
+            dict(client_config or {}),
+            dict(serializer_config or {}),
+        )
+
     def __repr__(self) -> str:
         safe = {
             k: ("***" if k.startswith(_SECRET_KEYS) else v) for k, v in self.producer_config.items()
         }
+        registry = ""
+        if self.registry is not None:
+            url = redact_url(self.registry.url)
+            registry = f", value_format={self.value_format!r}, schema_registry_url={url!r}"
         return (
-            f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}, "
-            f"producer_config={safe!r})"
+            f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}"
+            f"{registry}, producer_config={safe!r})"
         )
 
     def describe(self) -> str:
@@ -381,24 +454,39 @@ class KafkaSink(Sink[KafkaTransaction]):
                 batch_id=ctx.batch_id,
                 partition=ctx.partition,
             )
+        serializer = self._row_serializer()
+        label = "value_serializer" if self.registry is None else self.registry.label
         try:
-            serializer = self._row_serializer()
             topic = self.topic or ""
-            for record in records(batch, self.value_format, self.key_column, serializer, topic):
+            for record in records(
+                batch,
+                self.value_format,
+                self.key_column,
+                serializer,
+                topic,
+                serializer_label=label,
+            ):
                 self._produce(txn, record)
         except ValueError as exc:
             raise PermanentSinkError(
                 str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
             ) from exc
+        except SerializerServiceError as exc:
+            kind = TransientSinkError if exc.retryable else PermanentSinkError
+            raise kind(
+                str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
+            ) from exc
         txn.producer.poll(0)
 
     def _row_serializer(self) -> RowSerializer | None:
-        if self.value_serializer is None:
-            return None
+        """The serializer of every row, built in the task (registry clients never pickle)."""
         if self._serializer is None:
-            module_name, _, attribute = self.value_serializer.partition(":")
-            factory = getattr(importlib.import_module(module_name), attribute)
-            self._serializer = factory()
+            if self.registry is not None:
+                self._serializer = self.registry.row_serializer()
+            elif self.value_serializer is not None:
+                module_name, _, attribute = self.value_serializer.partition(":")
+                factory = getattr(importlib.import_module(module_name), attribute)
+                self._serializer = factory()
         return self._serializer
 
     def _produce(self, txn: KafkaTransaction, record: Record) -> None:
