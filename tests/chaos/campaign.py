@@ -35,6 +35,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=20, help="number of runs (default 20)")
     parser.add_argument("--seed", type=int, help="seed of the first run (default: random)")
     parser.add_argument(
+        "--seeds", help="comma-separated seeds to run instead of --seed/--runs (e.g. CI's set)"
+    )
+    parser.add_argument(
         "--backend", action="append", default=[], choices=backends, help="repeatable"
     )
     parser.add_argument("--target", action="append", default=[], choices=TARGETS)
@@ -49,6 +52,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sink-factory", default="", help=argparse.SUPPRESS)  # tests only
     parser.add_argument("--list", action="store_true", help="print the scenarios and stop")
     args = parser.parse_args(argv)
+    if args.seeds and args.seed is not None:
+        parser.error("give --seed (with --runs) or --seeds, not both")
     if args.runs < 1 or not 0.0 <= args.spark_share <= 1.0:
         parser.error("--runs must be positive and --spark-share within [0, 1]")
     return args
@@ -58,12 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     options = Options(tuple(args.backend), tuple(args.target), args.spark_share)
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(10**9)
+    seeds = list(range(first, first + args.runs))
+    if args.seeds:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        first = seeds[0]
     try:
-        scenarios = [draw(first + i, options) for i in range(args.runs)]
+        scenarios = [draw(seed, options) for seed in seeds]
     except NoScenario as exc:
         print(f"chaos: {exc}", file=sys.stderr)
         return 2
-    print(f"chaos: {args.runs} runs, seeds {first}..{first + args.runs - 1}", flush=True)
+    shown = args.seeds if args.seeds else f"{first}..{first + args.runs - 1}"
+    print(f"chaos: {len(scenarios)} runs, seeds {shown}", flush=True)
     print_mix(scenarios)
     if args.list:
         for scenario in scenarios:

@@ -232,7 +232,10 @@ class Runner:
             result.problems.append(f"{len(missing)} ids missing, e.g. {missing[:5]}")
         if unexpected:
             result.problems.append(f"{len(unexpected)} unexpected ids, e.g. {unexpected[:5]}")
-        result.problems.extend(target.leftovers(spec))
+        left = target.leftovers(spec)
+        result.problems.extend(left[:5])
+        if len(left) > 5:
+            result.problems.append(f"... and {len(left) - 5} more left behind")
 
 
 class _Injector:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from twopc.faults import CrashPoint
@@ -103,7 +103,6 @@ class Scenario:
     downtime: float = 0.0
     victim: int = 0  # which task process / executor JVM to kill, among those alive
     master: str = "local[2]"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def service(self) -> str | None:

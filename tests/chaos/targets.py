@@ -18,6 +18,7 @@ from typing import Any
 from tests.chaos.sinks import SinkSpec
 from tests.helpers import read_ids
 from tests.integration.jdbc_support import gtrid_prefix, staging_prefix
+from tests.integration.kafka_support import TIMEOUT
 from tests.integration.services import parse_mysql_dsn
 
 MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
@@ -127,10 +128,11 @@ class SqlTarget(Target):
             )
             return [str(r[0]) for r in rows]
         found = []
-        for _fmt, gtrid_length, _bqual_length, data in self._query("XA RECOVER"):
+        for _fmt, gtrid_length, bqual_length, data in self._query("XA RECOVER"):
             raw = data.decode() if isinstance(data, bytes) else str(data)
-            if raw[: int(gtrid_length)].startswith(prefix):
-                found.append(raw)
+            gtrid, rest = raw[: int(gtrid_length)], raw[int(gtrid_length) :]
+            if gtrid.startswith(prefix):
+                found.append(f"{gtrid}:{rest[: int(bqual_length)]}")
         return found
 
     def staging_tables(self, sink_id: str) -> list[str]:
@@ -188,9 +190,7 @@ class KafkaTarget(Target):
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        from tests.integration.kafka_support import TIMEOUT, admin
-
-        client = admin(self.bootstrap)
+        client = self._admin()
         partitions = sorted(client.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions)
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         wanted = {TopicPartition(topic, p): latest for p in partitions}
@@ -216,16 +216,18 @@ class KafkaTarget(Target):
                 return found
             time.sleep(0.3)
 
-    def alive(self) -> bool:
-        from tests.integration.kafka_support import admin
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
 
-        client = admin(self.bootstrap)
+        # log_level 4: no info lines ("purging unserved events") in the campaign's output
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
+
+    def alive(self) -> bool:
+        client = self._admin()
         return bool(client.list_topics(timeout=10).brokers)
 
     def cleanup(self, spec: SinkSpec) -> None:
-        from tests.integration.kafka_support import TIMEOUT, admin
-
-        client = admin(self.bootstrap)  # keep the handle alive until the futures resolve
+        client = self._admin()  # keep the handle alive until the futures resolve
         for future in client.delete_topics([spec.table]).values():
             future.result(TIMEOUT)
 
