@@ -1,0 +1,54 @@
+"""The local-engine query a chaos run kills: a :class:`~twopc.local.LocalStream` of
+``batches`` micro-batches of ``partitions`` x ``rows`` rows (ids ``b*1000 + p*rows + i``),
+written through ``twopc.local.foreach_batch``. Fault injection comes from ``TWOPC_FAULTS``.
+
+The runner forks it (the driver is the forked process, its tasks are forked from it);
+``python -m tests.chaos.query SPEC_JSON CHECKPOINT BATCHES PARTITIONS ROWS ATTEMPTS`` runs
+it by hand.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tests.chaos.sinks import SinkSpec, build_sink
+from tests.e2e.local_query import make_batches
+from twopc.local import LocalStream, foreach_batch
+
+
+def input_batches(backend: str, batches: int, partitions: int, rows: int) -> list[list[pa.Table]]:
+    """The input; Kafka records get the id as their key."""
+    data = make_batches(batches, partitions, rows)
+    if backend != "kafka":
+        return data
+    return [[t.append_column("key", pc.cast(t["id"], pa.string())) for t in b] for b in data]
+
+
+def run_query(
+    spec: SinkSpec,
+    checkpoint: str,
+    *,
+    batches: int,
+    partitions: int,
+    rows: int,
+    max_attempts: int,
+) -> None:
+    stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows))
+    writer = foreach_batch(
+        build_sink(spec),
+        spec.sink_id,
+        commit_log=spec.commit_log(checkpoint),
+        max_attempts=max_attempts,
+    )
+    stream.run(writer)
+
+
+if __name__ == "__main__":
+    spec_json, checkpoint, *numbers = sys.argv[1:]
+    b, p, r, a = (int(n) for n in numbers)
+    run_query(
+        SinkSpec.loads(spec_json), checkpoint, batches=b, partitions=p, rows=r, max_attempts=a
+    )

@@ -1,0 +1,291 @@
+"""One chaos run: fresh namespace, start the query, kill, restart until done, check, clean.
+
+The first attempt carries the injection: ``TWOPC_FAULTS`` (a crash point) or a kill after
+the scenario's delay. Later attempts run clean, like an operator restarting the query from
+its checkpoint, until one exits 0 (every batch committed) or ``max_restarts`` is reached.
+Then the target is read back; the run passes only if every expected id is there exactly
+once, nothing is left (prepared transactions, staged files, open Kafka transactions) and
+the service answers. A passing run's namespace is dropped; a failing one's is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tests.chaos import procs
+from tests.chaos.query import run_query
+from tests.chaos.scenario import Scenario
+from tests.chaos.sinks import SinkSpec
+from tests.chaos.targets import Target, make_target
+from tests.integration.services import Services
+
+LOCAL_TIMEOUT = 90.0
+SPARK_TIMEOUT = 300.0
+FAULT_LOG_LINE = "fault injection:"  # what twopc.faults logs when a rule fires
+SPARK_STARTED = '"event": "query-started"'
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    passed: bool = False
+    injected: bool = False
+    attempts: int = 0
+    first_exit: int | None = None
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    kept: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.scenario.seed,
+            "scenario": self.scenario.to_json(),
+            "description": self.scenario.describe(),
+            "passed": self.passed,
+            "injected": self.injected,
+            "attempts": self.attempts,
+            "first_exit": self.first_exit,
+            "seconds": round(self.seconds, 3),
+            "problems": self.problems,
+            "kept": self.kept,
+        }
+
+
+class Runner:
+    """Runs scenarios against the services ``scripts/services`` runs.
+
+    Args:
+        workdir: run directories (checkpoints, file output, logs) go below it.
+        services: the ``scripts/services`` wrapper (kills, restarts, settings).
+        factory: ``module:function`` replacing the files sink (a broken one, in tests).
+        max_restarts: query attempts per run, the first (injected) one included.
+    """
+
+    def __init__(
+        self, workdir: Path, services: Services, factory: str = "", max_restarts: int = 6
+    ) -> None:
+        self.workdir = workdir
+        self.services = services
+        self.factory = factory
+        self.max_restarts = max_restarts
+        self._env: dict[str, str] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        if self._env is None:
+            self._env = self.services.env()
+        return self._env
+
+    def run(self, scenario: Scenario) -> RunResult:
+        started = time.monotonic()
+        result = RunResult(scenario)
+        run_dir = self.workdir / f"run-{scenario.seed}-{uuid.uuid4().hex[:6]}"
+        run_id = f"chaos-{scenario.seed}-{uuid.uuid4().hex[:8]}"
+        target = make_target(scenario.backend, self.env)
+        spec: SinkSpec | None = None
+        try:
+            self._ensure_up(target)
+            spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
+            if self.factory:
+                spec = replace(spec, factory=self.factory)
+            completed = self._attempts(scenario, target, spec, run_dir, result)
+            self._check(scenario, target, spec, completed, result)
+        except Exception as exc:  # a broken check or service counts as a failed run
+            result.problems.append(f"error: {type(exc).__name__}: {exc}")
+        result.passed = not result.problems
+        if result.passed and spec is not None:
+            try:
+                target.cleanup(spec)
+            except Exception as exc:
+                result.problems.append(f"clean-up failed: {type(exc).__name__}: {exc}")
+                result.passed = False
+        if result.passed:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+            result.kept = str(run_dir)
+        result.seconds = time.monotonic() - started
+        return result
+
+    # -- the query attempts ------------------------------------------------------------------
+
+    def _attempts(
+        self, scenario: Scenario, target: Target, spec: SinkSpec, run_dir: Path, result: RunResult
+    ) -> bool:
+        if scenario.engine == "spark":
+            _write_spark_input(scenario, run_dir / "in")
+        for index in range(self.max_restarts):
+            first = index == 0
+            log = run_dir / f"attempt-{index}.log"
+            faults = scenario.fault if first and scenario.timing == "point" else None
+            attempt = self._start(scenario, spec, run_dir, log, {"TWOPC_FAULTS": faults})
+            injector = _Injector(self, scenario, attempt, log) if first else None
+            timeout = SPARK_TIMEOUT if scenario.engine == "spark" else LOCAL_TIMEOUT
+            code = attempt.wait(timeout, injector.tick if injector else lambda: None)
+            attempt.finish()
+            result.attempts = index + 1
+            if code is None:
+                result.problems.append(f"attempt {index} timed out after {timeout:.0f}s")
+                code = attempt.returncode
+            if first:
+                result.first_exit = code
+                fired = FAULT_LOG_LINE in log.read_text(errors="replace")
+                result.injected = injector.hit if injector and injector.delayed else fired
+                if scenario.target == "service" and scenario.timing == "point":
+                    self._bounce(scenario.service or "", scenario.downtime)
+            if injector is not None and injector.service_down:
+                self.services.restart(injector.service_down)
+            if code == 0:
+                return True
+            if scenario.service:
+                self._ensure_up(target)
+        result.problems.append(f"the query did not complete in {self.max_restarts} attempts")
+        return False
+
+    def _start(
+        self,
+        scenario: Scenario,
+        spec: SinkSpec,
+        run_dir: Path,
+        log: Path,
+        environ: dict[str, str | None],
+    ) -> procs.Attempt:
+        checkpoint = str(run_dir / "chk")
+        if scenario.engine == "local":
+            return procs.fork_driver(
+                lambda: run_query(
+                    spec,
+                    checkpoint,
+                    batches=scenario.batches,
+                    partitions=scenario.partitions,
+                    rows=scenario.rows,
+                    max_attempts=scenario.max_attempts,
+                ),
+                log,
+                environ,
+            )
+        args = [
+            "-m",
+            "tests.chaos.spark_query",
+            "--spec",
+            spec.dumps(),
+            "--checkpoint",
+            checkpoint,
+            "--input",
+            str(run_dir / "in"),
+            "--master",
+            scenario.master,
+            "--partitions",
+            str(scenario.partitions),
+        ]
+        return procs.spawn(args, log, environ)
+
+    def _bounce(self, service: str, downtime: float) -> None:
+        """Kill a service, leave it down for ``downtime`` seconds, start it again."""
+        self.services.kill(service)
+        time.sleep(downtime)
+        self.services.restart(service)
+
+    def _ensure_up(self, target: Target) -> None:
+        if target.service is None:
+            return
+        try:
+            if target.alive():
+                return
+        except Exception:
+            pass
+        self.services.start(target.service)
+
+    # -- the checks --------------------------------------------------------------------------
+
+    def _check(
+        self,
+        scenario: Scenario,
+        target: Target,
+        spec: SinkSpec,
+        completed: bool,
+        result: RunResult,
+    ) -> None:
+        if target.service is not None:
+            try:
+                up = target.alive()
+            except Exception as exc:
+                up, result.problems = False, [*result.problems, f"{exc}"]
+            if not up:
+                result.problems.append(f"service {target.service} is not back up")
+                return
+        seen = target.committed(spec)
+        expected = scenario.expected_ids()
+        duplicates = sorted((i, n) for i, n in seen.items() if n > 1)
+        missing = sorted(expected - set(seen))
+        unexpected = sorted(set(seen) - expected)
+        if duplicates:
+            result.problems.append(f"{len(duplicates)} duplicated ids, e.g. {duplicates[:5]}")
+        if completed and missing:
+            result.problems.append(f"{len(missing)} ids missing, e.g. {missing[:5]}")
+        if unexpected:
+            result.problems.append(f"{len(unexpected)} unexpected ids, e.g. {unexpected[:5]}")
+        left = target.leftovers(spec)
+        result.problems.extend(left[:5])
+        if len(left) > 5:
+            result.problems.append(f"... and {len(left) - 5} more left behind")
+
+
+class _Injector:
+    """The delayed kill of a run's first attempt, driven from the wait loop."""
+
+    def __init__(
+        self, runner: Runner, scenario: Scenario, attempt: procs.Attempt, log: Path
+    ) -> None:
+        self.runner, self.scenario, self.attempt, self.log = runner, scenario, attempt, log
+        self.delayed = scenario.timing == "delay"
+        self.hit = False
+        self.service_down: str | None = None
+        self._origin: float | None = None if scenario.engine == "spark" else attempt.started
+
+    def tick(self) -> None:
+        if not self.delayed or self.hit:
+            return
+        if self._origin is None:  # Spark: count from the moment the query started
+            if SPARK_STARTED not in self.log.read_text(errors="replace"):
+                return
+            self._origin = time.monotonic()
+        if time.monotonic() - self._origin < (self.scenario.delay or 0.0):
+            return
+        target = self.scenario.target
+        if target == "driver":
+            self.attempt.kill_group()
+            self.hit = True
+        elif target in ("worker", "executor"):
+            pool = (
+                procs.executor_jvms(self.attempt.pid)
+                if target == "executor"
+                else procs.children(self.attempt.pid)
+            )
+            if pool:
+                self.hit = procs.sigkill(pool[self.scenario.victim % len(pool)])
+        elif target == "service":
+            service = self.scenario.service or ""
+            self.runner.services.kill(service)
+            self.service_down, self.hit = service, True
+            time.sleep(self.scenario.downtime)
+            self.runner.services.restart(service)
+            self.service_down = None
+
+
+def _write_spark_input(scenario: Scenario, directory: Path) -> None:
+    """One JSON lines file per micro-batch (the query reads one file per trigger)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for b in range(scenario.batches):
+        lines = [
+            json.dumps({"id": b * 1000 + i, "payload": f"b{b}"})
+            for i in range(scenario.partitions * scenario.rows)
+        ]
+        (directory / f"batch-{b:05d}.json").write_text("\n".join(lines) + "\n")

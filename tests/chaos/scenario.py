@@ -1,0 +1,245 @@
+"""Seed -> scenario: everything a chaos run does is drawn here from ``random.Random(seed)``.
+
+The same seed with the same :class:`Options` always gives the same scenario, so a failing
+run is reproduced with ``scripts/chaos --seed N`` (plus the filters it ran with). Runs timed
+by a crash point (``TWOPC_FAULTS``) replay identically; runs timed by a random delay draw
+the same delay, but what the delay hits depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from twopc.faults import CrashPoint
+
+# backend -> its modes; the service a backend depends on (None: the local filesystem)
+MODES: dict[str, tuple[str, ...]] = {
+    "files": ("parquet",),
+    "postgres": ("transaction", "two_phase"),
+    "mysql": ("transaction", "two_phase"),
+    "kafka": ("per_partition", "atomic"),
+}
+SERVICE: dict[str, str | None] = {
+    "files": None,
+    "postgres": "postgres",
+    "mysql": "mariadb",
+    "kafka": "kafka",
+}
+TARGETS = ("driver", "worker", "executor", "service")
+
+TASK_POINTS = (
+    CrashPoint.BEFORE_BEGIN,
+    CrashPoint.AFTER_INVOKE,
+    CrashPoint.BEFORE_PRE_COMMIT,
+    CrashPoint.AFTER_PRE_COMMIT,
+)
+TASK_COMMIT_POINTS = (CrashPoint.BEFORE_TASK_COMMIT, CrashPoint.AFTER_TASK_COMMIT)
+
+# Relative weights of the kill targets, chosen so the mean run stays short: a database
+# restarts in 1-3 s, the Kafka broker in 5-10 s, so broker kills are drawn less often.
+LOCAL_WEIGHTS: dict[str, dict[str, float]] = {
+    "files": {"driver": 0.5, "worker": 0.5},
+    "postgres": {"driver": 0.35, "worker": 0.35, "service": 0.3},
+    "mysql": {"driver": 0.35, "worker": 0.35, "service": 0.3},
+    "kafka": {"driver": 0.45, "worker": 0.45, "service": 0.1},
+}
+# Kafka runs cost ~3x a database run (a transactional producer per task), so each Kafka
+# mode is drawn a little less often than the others.
+COMBO_WEIGHTS = {"kafka": 0.7}
+# A delayed kill lands within (this x batches) seconds of the start (local engine: of the
+# driver process; Spark: of the query): a clean batch's measured duration on a 2-core
+# machine, so most delayed kills land while the query runs.
+DELAY_PER_BATCH = {"files": 0.07, "postgres": 0.1, "mysql": 0.2, "kafka": 0.9, "spark": 2.0}
+SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
+POINT_SHARE = 0.6
+"""Share of runs timed by a named crash point; the rest are killed after a random delay."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What narrows the draw: the backends (``kafka`` or ``kafka:atomic``), the kill
+    targets and the share of runs on real Spark."""
+
+    backends: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    spark_share: float = 0.01
+
+    def combos(self) -> list[tuple[str, str]]:
+        every = [(b, m) for b, modes in MODES.items() for m in modes]
+        if not self.backends:
+            return every
+        wanted = {
+            f if ":" in f else f"{f}:{m}" for f in self.backends for m in MODES[f.split(":")[0]]
+        }
+        return [(b, m) for b, m in every if f"{b}:{m}" in wanted]
+
+    def repro_flags(self) -> list[str]:
+        """The command-line flags that reproduce this draw (with ``--seed``)."""
+        flags = [f"--backend={b}" for b in self.backends]
+        flags += [f"--target={t}" for t in self.targets]
+        return [*flags, f"--spark-share={self.spark_share:g}"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run, fully determined by its seed and the options."""
+
+    seed: int
+    backend: str
+    mode: str
+    engine: str  # "local" (forked local-engine driver) or "spark"
+    target: str  # driver | worker | executor | service
+    timing: str  # "point" (TWOPC_FAULTS) or "delay" (a kill after `delay` seconds)
+    batches: int
+    partitions: int
+    rows: int
+    kafka_partitions: int
+    max_attempts: int
+    fault: str | None = None
+    delay: float | None = None
+    downtime: float = 0.0
+    victim: int = 0  # which task process / executor JVM to kill, among those alive
+    master: str = "local[2]"
+
+    @property
+    def service(self) -> str | None:
+        return SERVICE[self.backend] if self.target == "service" else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}/{self.mode}"
+
+    def describe(self) -> str:
+        what = self.fault if self.timing == "point" else f"after {self.delay:.2f}s"
+        where = f"{self.target}={self.service}" if self.service else self.target
+        return (
+            f"{self.label} {self.engine} {where} {what} "
+            f"[{self.batches}x{self.partitions}x{self.rows}]"
+        )
+
+    def expected_ids(self) -> set[int]:
+        return {
+            b * 1000 + i for b in range(self.batches) for i in range(self.partitions * self.rows)
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class NoScenario(ValueError):
+    """The filters leave nothing to draw from (e.g. --target=executor without Spark)."""
+
+
+def draw(seed: int, options: Options) -> Scenario:
+    """The scenario of one seed; raises :class:`NoScenario` if the filters exclude all."""
+    rng = random.Random(seed)
+    combos = options.combos()
+    if not combos:
+        raise NoScenario(f"no backend matches {options.backends}")
+    spark = rng.random() < options.spark_share
+    backend, mode = rng.choices(combos, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in combos])[0]
+    weights = _weights(backend, spark, options.targets)
+    if not weights:
+        if not spark and _weights(backend, True, options.targets):
+            spark, weights = True, _weights(backend, True, options.targets)
+        else:
+            raise NoScenario(f"no kill target of {options.targets} applies to {backend}")
+    target = rng.choices(list(weights), list(weights.values()))[0]
+    engine = "spark" if spark else "local"
+    batches = rng.randint(2, 4)
+    partitions = rng.randint(1, 2) if spark else rng.randint(1, 3)
+    rows = rng.randint(5, 40)
+    kafka_partitions = rng.randint(1, 3)
+    max_attempts = 1 if spark else rng.choice((1, 1, 2))
+    timing = _timing(rng, engine, target)
+    fault = delay = None
+    if timing == "point":
+        fault = _fault(
+            rng,
+            backend=backend,
+            mode=mode,
+            target=target,
+            batches=batches,
+            partitions=partitions,
+            rows=rows,
+            max_attempts=max_attempts,
+        )
+    else:
+        window = DELAY_PER_BATCH["spark" if spark else backend] * batches
+        delay = round(rng.uniform(0.0, window), 3)
+    downtime = round(rng.uniform(0.0, 2.0), 3) if target == "service" else 0.0
+    return Scenario(
+        seed=seed,
+        backend=backend,
+        mode=mode,
+        engine=engine,
+        target=target,
+        timing=timing,
+        batches=batches,
+        partitions=partitions,
+        rows=rows,
+        kafka_partitions=kafka_partitions,
+        max_attempts=max_attempts,
+        fault=fault,
+        delay=delay,
+        downtime=downtime,
+        victim=rng.randint(0, 1),
+        master="local-cluster[2,1,1024]" if target == "executor" else "local[2]",
+    )
+
+
+def _weights(backend: str, spark: bool, targets: Sequence[str]) -> dict[str, float]:
+    table = SPARK_WEIGHTS if spark else LOCAL_WEIGHTS[backend]
+    return {t: w for t, w in table.items() if not targets or t in targets}
+
+
+def _timing(rng: random.Random, engine: str, target: str) -> str:
+    if target == "executor":
+        return "delay"  # an executor JVM has no crash point of its own
+    if engine == "spark" and target == "worker":
+        return "point"  # Python workers come and go; a crash point finds one reliably
+    return "point" if rng.random() < POINT_SHARE else "delay"
+
+
+def _points(backend: str, mode: str, partitions: int) -> tuple[list[CrashPoint], list[CrashPoint]]:
+    """(task points, driver points) that fire for this backend and mode."""
+    commits_in_task = backend == "kafka" or mode == "transaction"
+    task = list(TASK_POINTS) + (list(TASK_COMMIT_POINTS) if commits_in_task else [])
+    driver = [CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION]
+    single = backend == "kafka" and mode == "atomic"
+    if not commits_in_task and partitions > 1 and not single:
+        driver.append(CrashPoint.BETWEEN_COMMITS)
+    driver.append(CrashPoint.AFTER_COMMIT)
+    return task, driver
+
+
+def _fault(
+    rng: random.Random,
+    *,
+    backend: str,
+    mode: str,
+    target: str,
+    batches: int,
+    partitions: int,
+    rows: int,
+    max_attempts: int,
+) -> str:
+    task, driver = _points(backend, mode, partitions)
+    if target == "driver":
+        point, action = rng.choice(driver), rng.choice(("kill", "exit"))
+    elif target == "worker":
+        point, action = rng.choice(task), rng.choice(("kill", "kill", "exit", "raise"))
+    else:  # a service: the query dies at a point, the service is killed while it is down
+        point, action = rng.choice(task + driver), "kill"
+    filters = [f"batch={rng.randrange(batches)}"]
+    if not point.on_driver:
+        single = backend == "kafka" and mode == "atomic"  # one task per batch: partition 0
+        filters.append(f"partition={0 if single else rng.randrange(partitions)}")
+        if max_attempts > 1:
+            filters.append("attempt=0")  # the retry inside the same query succeeds
+    if point is CrashPoint.AFTER_INVOKE:
+        filters.append(f"rows={rng.randint(1, rows)}")
+    return f"{point.value}:{action}@{','.join(filters)}"

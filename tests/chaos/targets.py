@@ -1,0 +1,245 @@
+"""Targets of a chaos run: a fresh namespace per run, and the checks, read from the system.
+
+Each target creates the run's namespace (output directory, table or topic), reads back
+what a reader sees (ids and how often), lists what a crash may have left (staged files,
+prepared transactions, open Kafka transactions), says whether its service answers, and
+drops the namespace. Nothing here looks at twopc's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.sinks import SinkSpec
+from tests.helpers import read_ids
+from tests.integration.jdbc_support import gtrid_prefix, staging_prefix
+from tests.integration.kafka_support import TIMEOUT
+from tests.integration.services import parse_mysql_dsn
+
+MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
+
+
+class Target(ABC):
+    """One backend as the checks see it."""
+
+    backend: str
+    service: str | None = None
+
+    @abstractmethod
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkSpec:
+        """Create the run's namespace; the sink spec that writes into it."""
+
+    @abstractmethod
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        """Every id a reader sees, with how often it sees it."""
+
+    @abstractmethod
+    def leftovers(self, spec: SinkSpec) -> list[str]:
+        """What a crash left behind (empty when clean)."""
+
+    def alive(self) -> bool:
+        """Whether the service answers a real request."""
+        return True
+
+    @abstractmethod
+    def cleanup(self, spec: SinkSpec) -> None: ...
+
+
+class FilesTarget(Target):
+    """Parquet under the run directory, read with ``pyarrow.dataset`` (hidden files skipped)."""
+
+    backend = "files"
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkSpec:
+        return SinkSpec("files", mode, run_id, str(run_dir / "out"))
+
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        return read_ids(spec.address)
+
+    def leftovers(self, spec: SinkSpec) -> list[str]:
+        """Any file in the staging area; any temporary (dot) file anywhere in the output."""
+        root = Path(spec.address)
+        if not root.exists():
+            return []
+        staged = [p for p in (root / "_twopc_staging").rglob("*") if p.is_file()]
+        temporary = [p for p in root.rglob(".*") if p.is_file()]
+        return [f"staged or temporary file {p.relative_to(root)}" for p in staged + temporary]
+
+    def cleanup(self, spec: SinkSpec) -> None:
+        shutil.rmtree(spec.address, ignore_errors=True)
+
+
+class SqlTarget(Target):
+    """A table ``(id BIGINT, payload VARCHAR(40))`` on PostgreSQL or MariaDB."""
+
+    def __init__(self, backend: str, dsn: str) -> None:
+        self.backend, self.dsn = backend, dsn
+        self.service = "postgres" if backend == "postgres" else "mariadb"
+
+    # -- one statement on a fresh autocommit connection; identifiers quoted by `ident`
+
+    def _query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                cursor = conn.execute(statement, params or None)
+                return list(cursor.fetchall()) if cursor.description else []
+        import pymysql
+
+        conn = pymysql.connect(
+            **parse_mysql_dsn(self.dsn).connect_kwargs(), autocommit=True, connect_timeout=5
+        )
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(statement, params or None)
+                return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            conn.close()
+
+    def ident(self, name: str) -> str:
+        """``name`` quoted as an identifier (psycopg's own quoting on PostgreSQL)."""
+        if self.backend == "postgres":
+            from psycopg import sql
+
+            return sql.Identifier(name).as_string(None)
+        return "`" + name.replace("`", "``") + "`"
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkSpec:
+        table = run_id.replace("-", "_")
+        self._query(f"CREATE TABLE {self.ident(table)} (id BIGINT, payload VARCHAR(40))")
+        return SinkSpec(self.backend, mode, run_id, self.dsn, table)
+
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        rows = self._query(f"SELECT id FROM {self.ident(spec.table)}")
+        return Counter(int(r[0]) for r in rows)
+
+    def prepared(self, sink_id: str) -> list[str]:
+        """Prepared transactions of the sink id (pg_prepared_xacts / XA RECOVER)."""
+        prefix = gtrid_prefix(sink_id)
+        if self.backend == "postgres":
+            rows = self._query(
+                "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s)", (prefix,)
+            )
+            return [str(r[0]) for r in rows]
+        found = []
+        for _fmt, gtrid_length, bqual_length, data in self._query("XA RECOVER"):
+            raw = data.decode() if isinstance(data, bytes) else str(data)
+            gtrid, rest = raw[: int(gtrid_length)], raw[int(gtrid_length) :]
+            if gtrid.startswith(prefix):
+                found.append(f"{gtrid}:{rest[: int(bqual_length)]}")
+        return found
+
+    def staging_tables(self, sink_id: str) -> list[str]:
+        """Staging tables of the sink id that outlived their transaction."""
+        schema = "current_schema()" if self.backend == "postgres" else "DATABASE()"
+        rows = self._query(
+            "SELECT table_name FROM information_schema.tables "
+            f"WHERE table_schema = {schema} AND table_name LIKE %s",
+            (staging_prefix(sink_id).replace("_", "\\_") + "%",),
+        )
+        return [str(r[0]) for r in rows]
+
+    def leftovers(self, spec: SinkSpec) -> list[str]:
+        return [f"prepared transaction {g}" for g in self.prepared(spec.sink_id)] + [
+            f"staging table {t}" for t in self.staging_tables(spec.sink_id)
+        ]
+
+    def alive(self) -> bool:
+        return self._query("SELECT 1") == [(1,)]
+
+    def cleanup(self, spec: SinkSpec) -> None:
+        self._query(f"DROP TABLE IF EXISTS {self.ident(spec.table)}")
+        if self._query(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = %s",
+            (MARKER_TABLE,),
+        )[0][0]:
+            self._query(
+                f"DELETE FROM {self.ident(MARKER_TABLE)} WHERE sink_id = %s", (spec.sink_id,)
+            )
+
+
+class KafkaTarget(Target):
+    """A topic per run, read with a ``read_committed`` consumer."""
+
+    backend = "kafka"
+    service = "kafka"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkSpec:
+        from tests.integration.kafka_support import create_topic
+
+        topic = create_topic(self.bootstrap, run_id, partitions=kafka_partitions)
+        return SinkSpec("kafka", mode, run_id, self.bootstrap, topic)
+
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        from tests.integration.kafka_support import committed_keys
+
+        return Counter({int(k): n for k, n in committed_keys(self.bootstrap, spec.table).items()})
+
+    def open_transactions(self, topic: str) -> list[str]:
+        """Partitions whose last stable offset lags the high watermark: an open transaction
+        stalls ``read_committed`` readers there."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        client = self._admin()
+        partitions = sorted(client.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        wanted = {TopicPartition(topic, p): latest for p in partitions}
+
+        def ends(level: Any) -> dict[int, int]:
+            futures = client.list_offsets(wanted, isolation_level=level, request_timeout=TIMEOUT)
+            return {tp.partition: int(f.result(TIMEOUT).offset) for tp, f in futures.items()}
+
+        stable, high = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
+        return [
+            f"open transaction on {topic}[{p}]: last stable offset {stable[p]} < {high[p]}"
+            for p in partitions
+            if stable[p] < high[p]
+        ]
+
+    def leftovers(self, spec: SinkSpec) -> list[str]:
+        # Commit markers are written just after commit_transaction returns: give them a
+        # moment. A transaction left open stays open until transaction.timeout.ms (60 s).
+        deadline = time.monotonic() + 10
+        while True:
+            found = self.open_transactions(spec.table)
+            if not found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.3)
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        # log_level 4: no info lines ("purging unserved events") in the campaign's output
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
+
+    def alive(self) -> bool:
+        client = self._admin()
+        return bool(client.list_topics(timeout=10).brokers)
+
+    def cleanup(self, spec: SinkSpec) -> None:
+        client = self._admin()  # keep the handle alive until the futures resolve
+        for future in client.delete_topics([spec.table]).values():
+            future.result(TIMEOUT)
+
+
+def make_target(backend: str, env: dict[str, str]) -> Target:
+    """The target of a backend, addressed with ``scripts/services env`` settings."""
+    if backend == "files":
+        return FilesTarget()
+    if backend == "postgres":
+        return SqlTarget("postgres", env["POSTGRES_DSN"])
+    if backend == "mysql":
+        return SqlTarget("mysql", env["MYSQL_DSN"])
+    if backend == "kafka":
+        return KafkaTarget(env["KAFKA_BOOTSTRAP_SERVERS"])
+    raise ValueError(f"unknown backend {backend!r}")

@@ -1,0 +1,106 @@
+"""The chaos campaign in CI: a fixed set of seeds that covers every backend and mode and
+every kill target passes, and a deliberately broken sink makes the campaign fail and print
+the seed that reproduces it (so a passing campaign means something).
+
+The campaign runs as its own process (``python -m tests.chaos``), as ``scripts/chaos`` runs
+it. About two minutes on a 2-core machine, most of it the one Spark run and the broker kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.scenario import MODES, TARGETS
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+
+# Seeds drawn with the default options (--spark-share 0.01); what each one covers.
+CI_SEEDS = {
+    4: "files/parquet local driver after_decision:kill",
+    7: "files/parquet local worker after_invoke:kill, retried in the same query",
+    26: "postgres/transaction local driver after_commit:kill",
+    50: "postgres/transaction local worker after_invoke:kill",
+    29: "postgres/two_phase local postgres killed while the query is down",
+    38: "postgres/two_phase local postgres killed after a delay",
+    16: "mysql/transaction local worker after_task_commit:kill",
+    11: "mysql/transaction local mariadb killed while the query is down",
+    18: "mysql/two_phase local driver between_commits:kill",
+    12: "mysql/two_phase local worker after_pre_commit:kill",
+    24: "kafka/per_partition local driver before_decision:exit",
+    6: "kafka/per_partition local worker after_task_commit:exit",
+    17: "kafka/per_partition local broker killed while the query is down",
+    23: "kafka/atomic local worker after_invoke:kill",
+    55: "kafka/atomic local driver after_decision:exit",
+    10: "postgres/two_phase local worker killed after a delay",
+    60: "mysql/transaction local driver killed after a delay",
+    1265: "mysql/transaction spark executor JVM killed in local-cluster[2,1,1024]",
+}
+
+
+def campaign(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    results = tmp_path / "results.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "tests.chaos", *args, "--json", str(results)]
+    proc = subprocess.run(
+        [*command, "--workdir", str(tmp_path / "runs")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=800,
+        check=False,
+    )
+    document = json.loads(results.read_text()) if results.exists() else None
+    return proc, document
+
+
+def test_ci_seeds_pass_and_cover_every_backend_mode_and_target(tmp_path: Path) -> None:
+    proc, document = campaign(tmp_path, "--seeds", ",".join(map(str, CI_SEEDS)))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    runs = document["results"]
+    assert [r["seed"] for r in runs] == list(CI_SEEDS)
+    assert all(r["passed"] for r in runs)
+    scenarios = [r["scenario"] for r in runs]
+    combos = {(s["backend"], s["mode"]) for s in scenarios}
+    assert combos == {(b, m) for b, modes in MODES.items() for m in modes}
+    assert {s["target"] for s in scenarios} == set(TARGETS)
+    killed = {s["backend"] for s in scenarios if s["target"] == "service"}
+    assert killed == {"postgres", "mysql", "kafka"}
+    # not vacuous: every crash point fired and the executor JVM was really killed
+    for r in runs:
+        if r["scenario"]["timing"] == "point" or r["scenario"]["target"] == "executor":
+            assert r["injected"], r["description"]
+        if r["scenario"]["timing"] == "point":
+            assert r["attempts"] >= 1 and r["first_exit"] is not None
+    assert f"{len(CI_SEEDS)} runs (17 local engine, 1 Spark)" in proc.stdout
+    assert not list((tmp_path / "runs").glob("run-*")), "passing runs must clean up"
+
+
+def test_a_broken_sink_fails_the_campaign_and_prints_the_seed(tmp_path: Path) -> None:
+    # commit_copies_again duplicates data when a commit is repeated after a crash
+    proc, document = campaign(
+        tmp_path,
+        "--seeds",
+        "16",
+        "--backend",
+        "files",
+        "--sink-factory",
+        "tests.kit.broken_sinks:commit_copies_again",
+    )
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
+    [run] = document["results"]
+    assert not run["passed"]
+    assert "after_commit:kill" in run["description"]
+    assert any("duplicated ids" in p for p in run["problems"])
+    assert "reproduce: scripts/chaos --seed 16 --runs 1 --backend=files" in proc.stdout
+    assert "FAILED seed 16: scripts/chaos --seed 16" in proc.stdout
+    assert Path(run["kept"], "result.json").exists()  # kept for inspection

@@ -1,0 +1,53 @@
+"""Seed -> scenario is a pure function: the reproduction command depends on it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.chaos.campaign import repro
+from tests.chaos.scenario import MODES, NoScenario, Options, draw
+from twopc.faults import FaultPlan
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_same_seed_draws_the_same_scenario() -> None:
+    options = Options(spark_share=0.3)
+    assert [draw(s, options) for s in range(200)] == [draw(s, options) for s in range(200)]
+    assert len({draw(s, options).describe() for s in range(200)}) > 150
+
+
+def test_every_fault_parses_and_names_a_batch_of_the_run() -> None:
+    for seed in range(2000):
+        scenario = draw(seed, Options())
+        if scenario.fault is None:
+            assert scenario.timing == "delay" and scenario.delay is not None
+            continue
+        [fault] = FaultPlan.parse(scenario.fault).faults
+        assert fault.batch_id is not None and 0 <= fault.batch_id < scenario.batches
+        if fault.partition is not None:
+            assert 0 <= fault.partition < scenario.partitions
+
+
+def test_the_mix_covers_every_backend_mode_and_target() -> None:
+    scenarios = [draw(seed, Options(spark_share=0.05)) for seed in range(3000)]
+    assert {(s.backend, s.mode) for s in scenarios} == {
+        (b, m) for b, modes in MODES.items() for m in modes
+    }
+    targets = Counter(s.service or s.target for s in scenarios)
+    assert set(targets) == {"driver", "worker", "executor", "postgres", "mariadb", "kafka"}
+    assert all(s.master.startswith("local-cluster") for s in scenarios if s.target == "executor")
+    assert 0.03 < sum(s.engine == "spark" for s in scenarios) / len(scenarios) < 0.07
+
+
+def test_filters_narrow_the_draw_and_appear_in_the_reproduction_command() -> None:
+    options = Options(backends=("kafka:atomic",), targets=("driver",))
+    scenario = draw(7, options)
+    assert (scenario.backend, scenario.mode, scenario.target) == ("kafka", "atomic", "driver")
+    assert repro(scenario, options, "") == (
+        "scripts/chaos --seed 7 --runs 1 --backend=kafka:atomic --target=driver --spark-share=0.01"
+    )
+    with pytest.raises(NoScenario):
+        draw(1, Options(backends=("files",), targets=("service",)))
