@@ -14,6 +14,7 @@ a crashed atomic write's temporary file) are never read as batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from twopc._liveness import HEARTBEAT_NAME, Heartbeat
 from twopc.protocol import Committable
-from twopc.storage import atomic_write, filesystem_for, join
+from twopc.storage import TEMP_PREFIX, atomic_write, filesystem_for, is_local, join
 
 __all__ = ["CommitLog", "Decision"]
 
@@ -171,6 +172,22 @@ class CommitLog:
             except (ValueError, KeyError):
                 continue
         return found
+
+    def remove_temporaries(self) -> int:
+        """Delete the temporary files of atomic writes a crash interrupted (local
+        filesystems only; others write in one call). Safe because only the query's own
+        driver writes here, and it calls this before writing."""
+        if not is_local(self._fs):
+            return 0
+        removed = 0
+        for query_id in self.query_ids():
+            directory = join(self._root, query_id)
+            for path in self._fs.ls(directory, detail=False):
+                if _basename(path).startswith(TEMP_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        self._fs.rm_file(path)
+                        removed += 1
+        return removed
 
     def pending(self) -> list[Decision]:
         """Decisions whose phase 2 has not been marked done, across every query id."""

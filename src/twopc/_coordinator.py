@@ -313,6 +313,7 @@ class Coordinator:
     def recover(self) -> _Recovery:
         """Finish what a crash left: commit what was decided, abort what was not."""
         stats = _Recovery()
+        self.commit_log.remove_temporaries()
         for decision in self.commit_log.pending():
             _log.info(
                 "twopc sink=%s: finishing batch %d of query %s decided before a crash",

@@ -41,6 +41,10 @@ def join(*parts: str) -> str:
     return out
 
 
+TEMP_PREFIX = ".tmp-"
+"""Names of :func:`atomic_write`'s temporary files; a crash mid-write can leave one."""
+
+
 def atomic_write(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see all of it or nothing."""
     if is_local(fs):
@@ -52,7 +56,7 @@ def atomic_write(fs: Any, path: str, data: bytes) -> None:
 def _atomic_write_local(path: str, data: bytes) -> None:
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}-{os.path.basename(path)}")
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}")
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)

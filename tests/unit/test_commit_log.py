@@ -188,6 +188,11 @@ def test_a_leftover_temporary_file_does_not_break_recovery(tmp_path: Any) -> Non
 
     assert log.decided_batches("q-1") == [1]
     assert [d.batch_id for d in log.pending()] == [1]
+    # recovery removes it (found by the chaos campaign, seed 896), and nothing else
+    assert log.remove_temporaries() == 1
+    assert not leftover.exists()
+    assert log.decided_batches("q-1") == [1]
+    assert log.remove_temporaries() == 0
 
 
 def test_unknown_log_format_is_rejected() -> None:

@@ -176,9 +176,7 @@ def test_task_retries_replace_a_failed_attempt(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("point", ["after_invoke", "after_pre_commit"])
-def test_a_killed_attempt_leaves_nothing_once_its_batch_commits(
-    tmp_path: Path, point: str
-) -> None:
+def test_a_killed_attempt_leaves_nothing_once_its_batch_commits(tmp_path: Path, point: str) -> None:
     """A task process killed before or after preparing, then retried: its staged files go
     when the batch commits, not at the next batch, which the last batch of a query lacks
     (found by the chaos campaign, seeds 78 and 10165)."""
@@ -224,3 +222,15 @@ def test_invalid_sink_ids_are_rejected(tmp_path: Path) -> None:
     for bad in ["", "has space", "../up", "x" * 65, "-lead"]:
         with pytest.raises(twopc.ConfigurationError, match="invalid sink_id"):
             twopc.foreach_batch(sink, bad)
+
+
+def test_recovery_removes_a_crashed_log_write(tmp_path: Path) -> None:
+    """A driver killed inside the commit log's atomic write leaves a hidden temporary file;
+    the next recovery deletes it (chaos campaign, seed 896)."""
+    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path)
+    coord.run_batch(QUERY, 0, engine(0))
+    leftover = tmp_path / "log" / QUERY / f".tmp-0123abcd-{0:020d}.done"
+    leftover.write_bytes(b"")
+    coord.recover()
+    assert not leftover.exists()
+    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
