@@ -9,11 +9,13 @@ drops the namespace. Nothing here looks at twopc's own bookkeeping.
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tests.chaos.sinks import SinkSpec
 from tests.helpers import read_ids
@@ -44,6 +46,21 @@ class Target(ABC):
 
     def alive(self) -> bool:
         """Whether the service answers a real request."""
+        return True
+
+    def endpoint(self) -> tuple[str, int] | None:
+        """The service's ``(host, port)``; None without a service."""
+        return None
+
+    def accepts_connections(self) -> bool:
+        """Whether anything listens on the service's port (a cheap "is it down?")."""
+        where = self.endpoint()
+        if where is None:
+            return False
+        try:
+            socket.create_connection(where, timeout=2).close()
+        except OSError:
+            return False
         return True
 
     @abstractmethod
@@ -153,6 +170,10 @@ class SqlTarget(Target):
     def alive(self) -> bool:
         return self._query("SELECT 1") == [(1,)]
 
+    def endpoint(self) -> tuple[str, int] | None:
+        parts = urlsplit(self.dsn)
+        return parts.hostname or "127.0.0.1", parts.port or 0
+
     def cleanup(self, spec: SinkSpec) -> None:
         self._query(f"DROP TABLE IF EXISTS {self.ident(spec.table)}")
         if self._query(
@@ -225,6 +246,10 @@ class KafkaTarget(Target):
     def alive(self) -> bool:
         client = self._admin()
         return bool(client.list_topics(timeout=10).brokers)
+
+    def endpoint(self) -> tuple[str, int] | None:
+        host, _, port = self.bootstrap.split(",")[0].rpartition(":")
+        return host, int(port)
 
     def cleanup(self, spec: SinkSpec) -> None:
         client = self._admin()  # keep the handle alive until the futures resolve
