@@ -12,8 +12,18 @@ the ``twopc`` entry-point group (:mod:`twopc.plugins`); fault injection is in
 
 from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator, Phase1Task, RetryPolicy, TaskReport
+from twopc._liveness import Heartbeat, Liveness
 from twopc._metrics import BatchMetrics, TaskMetrics
 from twopc._spark import SparkBatchWriter, foreach_batch
+from twopc._status import (
+    QueryStatus,
+    RecoveryReport,
+    SinkStatus,
+    StatusItem,
+    WriterStatus,
+    recover_sink,
+    sink_status,
+)
 from twopc._version import __version__
 from twopc._writer import BatchWriter
 from twopc.errors import (
@@ -45,8 +55,11 @@ from twopc.protocol import (
     Capabilities,
     CommitOutcome,
     Committable,
+    Inspection,
+    PendingWork,
     RecoveryScope,
     Sink,
+    TargetMarker,
     TaskContext,
 )
 
@@ -72,27 +85,39 @@ __all__ = [
     "Fault",
     "FaultAction",
     "FaultPlan",
+    "Heartbeat",
     "InjectedFault",
+    "Inspection",
+    "Liveness",
+    "PendingWork",
     "PermanentSinkError",
     "Phase1Task",
     "PluginError",
     "PluginRegistry",
+    "QueryStatus",
+    "RecoveryReport",
     "RecoveryScope",
     "RetryPolicy",
     "Sink",
     "SinkError",
     "SinkSpec",
+    "SinkStatus",
     "SparkBatchWriter",
+    "StatusItem",
+    "TargetMarker",
     "TaskContext",
     "TaskMetrics",
     "TaskReport",
     "TransientSinkError",
     "TwoPCError",
+    "WriterStatus",
     "__version__",
     "create_sink",
     "foreach_batch",
     "hookimpl",
     "list_backends",
+    "recover_sink",
+    "sink_status",
 ]
 
 # Show public names as twopc.X in reprs and docs, as httpx does.

@@ -5,9 +5,11 @@ never collides with an old one)::
 
     <root>/<query_id>/<batch:020d>.decision.json   the decision: every committable of the batch
     <root>/<query_id>/<batch:020d>.done            phase 2 finished
+    <root>/<query_id>/.heartbeat.json              the running writer's liveness record
 
 A decision is written atomically before the first commit; ``done`` after the last. A
-decision without ``done`` is work that recovery must finish.
+decision without ``done`` is work that recovery must finish. Hidden names (the heartbeat,
+a crashed atomic write's temporary file) are never read as batches.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from twopc._liveness import HEARTBEAT_NAME, Heartbeat
 from twopc.protocol import Committable
 from twopc.storage import atomic_write, filesystem_for, join
 
@@ -136,6 +139,38 @@ class CommitLog:
         return sorted(
             int(n[: -len(_DECISION_SUFFIX)]) for n in names if n.endswith(_DECISION_SUFFIX)
         )
+
+    def done_batches(self, query_id: str) -> list[int]:
+        """Batches whose phase 2 finished (within the log's retention), oldest first."""
+        names = self._batch_files(query_id)
+        return sorted(int(n[: -len(_DONE_SUFFIX)]) for n in names if n.endswith(_DONE_SUFFIX))
+
+    # -- liveness -------------------------------------------------------------------------
+
+    def write_heartbeat(self, heartbeat: Heartbeat) -> None:
+        """Record that a writer runs this query (see :mod:`twopc._liveness`)."""
+        directory = join(self._root, heartbeat.query_id)
+        self._fs.makedirs(directory, exist_ok=True)
+        atomic_write(self._fs, join(directory, HEARTBEAT_NAME), heartbeat.to_bytes())
+
+    def remove_heartbeat(self, query_id: str) -> None:
+        path = join(self._root, query_id, HEARTBEAT_NAME)
+        if self._fs.exists(path):
+            self._fs.rm_file(path)
+
+    def heartbeats(self) -> list[Heartbeat]:
+        """Every query's liveness record; unreadable ones are skipped."""
+        found = []
+        for query_id in self.query_ids():
+            try:
+                raw = self._fs.cat_file(join(self._root, query_id, HEARTBEAT_NAME))
+            except FileNotFoundError:
+                continue
+            try:
+                found.append(Heartbeat.from_bytes(raw))
+            except (ValueError, KeyError):
+                continue
+        return found
 
     def pending(self) -> list[Decision]:
         """Decisions whose phase 2 has not been marked done, across every query id."""

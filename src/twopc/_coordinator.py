@@ -437,6 +437,7 @@ class Coordinator:
         committed_at = time.monotonic()
         self._fire(CrashPoint.AFTER_COMMIT, batch_id)
         self._prune_log(query_id, batch_id)
+        cleaned = self._clean_failed_attempts(reports, batch_id)
 
         metrics = replace(
             base,
@@ -448,9 +449,38 @@ class Coordinator:
             decide_seconds=decided_at - written_at,
             commit_seconds=committed_at - decided_at,
             commit_retries=retries,
+            recovered_aborted=base.recovered_aborted + cleaned.aborted,
+            swept=base.swept + cleaned.swept,
             tasks=tasks,
         )
         return self._finish(metrics, started)
+
+    def _clean_failed_attempts(self, reports: Sequence[TaskReport], batch_id: int) -> _Recovery:
+        """Remove what the failed attempts of a just-committed batch left (staged files,
+        prepared branches), instead of waiting for the next batch's recovery: the last batch
+        of a query may have no next batch, and a restart without new input runs none.
+
+        Only runs when a partition needed more than one attempt; a failure here is logged,
+        never raised, because the batch is already committed and recovery retries it.
+        """
+        cleaned = _Recovery()
+        retried = sorted({r.partition for r in reports if r.attempt > 0})
+        if not retried:
+            return cleaned
+        try:
+            if self.sink.capabilities.recover:
+                cleaned.aborted = self._abort_undecided()
+            cleaned.swept = self.sink.sweep(self.sink_id)
+        except Exception as exc:
+            _log.warning(
+                "twopc sink=%s: batch %d is committed, but cleaning up after the failed "
+                "attempts of partition(s) %s failed; the next batch's recovery retries: %s",
+                self.sink_id,
+                batch_id,
+                ", ".join(map(str, retried)),
+                _short(exc),
+            )
+        return cleaned
 
     def _prune_log(self, query_id: str, batch_id: int) -> None:
         """Forget finished batches older than the retention; replays only ever concern the

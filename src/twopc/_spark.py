@@ -144,6 +144,9 @@ def foreach_batch(
         on_metrics: called with :class:`~twopc.BatchMetrics` after every batch.
         persist: cache the batch DataFrame during the write (only useful when the sink
             runs more than one Spark job per batch).
+
+    Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
+    makes ``twopc recover`` refuse to act while the query runs.
     """
     return SparkBatchWriter(
         sink,

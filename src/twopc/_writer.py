@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from twopc._commit_log import CommitLog
 from twopc._coordinator import BatchEngine, Coordinator, RetryPolicy
+from twopc._liveness import Heartbeat, this_host
 from twopc._metrics import BatchMetrics
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink
 from twopc.storage import join
 
-__all__ = ["BatchWriter", "MetricsCallback", "validate_sink_id"]
+__all__ = ["BatchWriter", "MetricsCallback", "resolve_commit_log", "validate_sink_id"]
 
 _log = logging.getLogger("twopc")
 
@@ -35,11 +38,37 @@ def validate_sink_id(sink_id: str) -> str:
     return sink_id
 
 
+def resolve_commit_log(
+    sink: Sink[Any],
+    sink_id: str,
+    commit_log: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    checkpoint_root: str | None = None,
+) -> tuple[str, dict[str, Any] | None]:
+    """Where a sink's commit log lives: the explicit URL, else the sink's default (files:
+    next to the data), else ``<checkpoint>/twopc/<sink_id>``. The writer and the command
+    line resolve it the same way."""
+    if commit_log:
+        return commit_log, storage_options
+    default = sink.default_commit_log(sink_id)
+    if default:
+        return default, storage_options or sink.default_commit_log_options()
+    if checkpoint_root:
+        return join(checkpoint_root, "twopc", sink_id), storage_options
+    raise ConfigurationError(
+        "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
+        "(for example a directory next to the query's checkpoint)",
+        sink_id=sink_id,
+    )
+
+
 class BatchWriter:
     """Runs the coordinator for each batch and keeps the recent metrics.
 
     ``metrics`` holds the metrics of the last ``history`` batches (newest last);
-    ``on_metrics`` is called after every batch, also for skipped replays.
+    ``on_metrics`` is called after every batch, also for skipped replays. A liveness
+    record next to the commit log says, while the query runs, that it does (``twopc
+    recover`` refuses to act then); :meth:`close` removes it.
     """
 
     def __init__(
@@ -68,6 +97,8 @@ class BatchWriter:
         self._on_metrics = on_metrics
         self.metrics: deque[BatchMetrics] = deque(maxlen=history)
         self._coordinator: Coordinator | None = None
+        self._started_at = time.time()
+        self._queries: set[str] = set()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sink={self.sink.describe()!r}, sink_id={self.sink_id!r})"
@@ -93,19 +124,49 @@ class BatchWriter:
     def _resolve_commit_log(
         self, checkpoint_root: Callable[[], str | None]
     ) -> tuple[str, dict[str, Any] | None]:
-        if self._commit_log_url:
-            return self._commit_log_url, self._storage_options
-        default = self.sink.default_commit_log(self.sink_id)
-        if default:
-            return default, self._storage_options or self.sink.default_commit_log_options()
-        root = checkpoint_root()
-        if root:
-            return join(root, "twopc", self.sink_id), self._storage_options
-        raise ConfigurationError(
-            "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
-            "(for example a directory next to the query's checkpoint)",
-            sink_id=self.sink_id,
+        needs_root = not self._commit_log_url and not self.sink.default_commit_log(self.sink_id)
+        return resolve_commit_log(
+            self.sink,
+            self.sink_id,
+            self._commit_log_url,
+            self._storage_options,
+            checkpoint_root() if needs_root else None,
         )
+
+    def _heartbeat(
+        self, coordinator: Coordinator, query_id: str, batch_id: int, state: str
+    ) -> None:
+        """Best effort: a lost heartbeat must not fail a batch whose data is fine."""
+        record = Heartbeat(
+            sink_id=self.sink_id,
+            query_id=query_id,
+            host=this_host(),
+            pid=os.getpid(),
+            started_at=self._started_at,
+            updated_at=time.time(),
+            batch_id=batch_id,
+            state=state,
+        )
+        try:
+            coordinator.commit_log.write_heartbeat(record)
+            self._queries.add(query_id)
+        except Exception:
+            _log.warning(
+                "twopc sink=%s: writing the liveness record failed", self.sink_id, exc_info=True
+            )
+
+    def close(self) -> None:
+        """Remove this writer's liveness records: the query stopped cleanly. Call it after
+        ``query.stop()``; a crashed process leaves its record, which ``twopc status``
+        recognises as stale."""
+        if self._coordinator is None:
+            return
+        for query_id in sorted(self._queries):
+            try:
+                self._coordinator.commit_log.remove_heartbeat(query_id)
+            except Exception:
+                _log.warning("twopc sink=%s: removing the liveness record failed", self.sink_id)
+        self._queries.clear()
 
     def run(
         self,
@@ -116,13 +177,16 @@ class BatchWriter:
         run_id: str = "",
     ) -> BatchMetrics:
         coordinator = self.coordinator(checkpoint_root)
+        self._heartbeat(coordinator, query_id, batch_id, "writing")
         try:
             metrics = coordinator.run_batch(query_id, batch_id, engine, run_id=run_id)
         except Exception as exc:
+            self._heartbeat(coordinator, query_id, batch_id, "failed")
             self._record(
                 BatchMetrics(self.sink_id, query_id, batch_id, status="failed", error=str(exc))
             )
             raise
+        self._heartbeat(coordinator, query_id, batch_id, "idle")
         self._record(metrics)
         return metrics
 

@@ -1,4 +1,4 @@
-"""The ``twopc`` command line: ``twopc plugins``, ``twopc demo``, ``twopc version``."""
+"""The ``twopc`` command line: ``plugins``, ``status``, ``recover``, ``demo``, ``version``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from twopc._ops_cli import add_ops_commands
 from twopc._version import __version__
 from twopc.plugins import PluginRegistry
 
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=_plugins)
+
+    add_ops_commands(commands)
 
     demo = commands.add_parser(
         "demo", help="exactly-once through a SIGKILL of the driver, on local Parquet files"

@@ -252,7 +252,9 @@ class LocalStream:
         )
 
     def run(self, writer: LocalBatchWriter) -> list[int]:
-        """Run every batch not yet committed; returns the batch ids the writer was given."""
+        """Run every batch not yet committed; returns the batch ids the writer was given.
+
+        Closes the writer at the end (its liveness record goes); a failure leaves it."""
         offsets, commits = self._logged("offsets"), self._logged("commits")
         last_offset = offsets[-1] if offsets else -1
         last_commit = commits[-1] if commits else -1
@@ -264,4 +266,5 @@ class LocalStream:
             writer.write(self.query_id, batch_id, self.batches[batch_id], self.checkpoint)
             atomic_write(self._fs, join(self._root, "commits", str(batch_id)), b"v1")
             ran.append(batch_id)
+        writer.close()  # a clean stop: no liveness record left behind
         return ran

@@ -49,8 +49,11 @@ __all__ = [
     "Capabilities",
     "CommitOutcome",
     "Committable",
+    "Inspection",
+    "PendingWork",
     "RecoveryScope",
     "Sink",
+    "TargetMarker",
     "TaskContext",
 ]
 
@@ -190,6 +193,67 @@ class Committable:
         return RecoveryScope(self.sink_id, self.query_id)
 
 
+@dataclass(frozen=True)
+class PendingWork:
+    """One thing a crash left for a sink that recovery would resolve, seen without touching it.
+
+    ``kind`` says what it is: ``prepared`` (work that can still be committed or aborted; it
+    carries its ``committable``), ``unprepared`` (a failed attempt's leftovers that were never
+    prepared), ``staging_table``, or ``open_transaction`` (a transaction the target shows as
+    open but cannot attribute). Whether recovery commits or aborts prepared work is decided
+    against the commit log by :func:`twopc.sink_status`, not by the sink.
+    """
+
+    kind: str
+    ident: str
+    committable: Committable | None = None
+    query_id: str | None = None
+    batch_id: int | None = None
+    partition: int | None = None
+    attempt: int | None = None
+    age_seconds: float | None = None
+    detail: str = ""
+
+    @classmethod
+    def prepared(
+        cls, committable: Committable, ident: str, age_seconds: float | None = None
+    ) -> PendingWork:
+        """Prepared work described by its committable."""
+        return cls(
+            kind="prepared",
+            ident=ident,
+            committable=committable,
+            query_id=committable.query_id,
+            batch_id=committable.batch_id,
+            partition=committable.partition,
+            attempt=committable.attempt,
+            age_seconds=age_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class TargetMarker:
+    """The newest batch the target system itself records as committed for one partition of
+    one query (a SQL marker row, a Kafka marker offset)."""
+
+    query_id: str
+    partition: int
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What :meth:`Sink.inspect` saw: pending work, the target's markers, and its limits.
+
+    ``markers`` is ``None`` when the sink keeps no markers of its own (the commit log is then
+    the only record of committed batches). ``notes`` say what the sink cannot see.
+    """
+
+    pending: tuple[PendingWork, ...] = ()
+    markers: tuple[TargetMarker, ...] | None = None
+    notes: tuple[str, ...] = ()
+
+
 class CommitOutcome(Enum):
     """What :meth:`Sink.commit` did for a committable."""
 
@@ -256,8 +320,26 @@ class Sink(ABC, Generic[TxnT]):
         """Prepared work for ``sink_id`` that is neither committed nor aborted.
 
         Covers every query id (earlier checkpoints too). The coordinator commits the
-        committables whose batch was decided and aborts the others.
+        committables whose batch was decided and aborts the others. Must be read-only:
+        ``twopc status`` calls it too (through :meth:`inspect`).
         """
+
+    def inspect(self, sink_id: str) -> Inspection:
+        """What recovery would handle for ``sink_id``, read without side effects.
+
+        Used by ``twopc status`` and ``twopc recover --dry-run``. It must not commit, abort,
+        fence or delete anything. The default lists :meth:`recover`'s prepared work (which
+        must itself be read-only); sinks with markers, sweepable leftovers or open
+        transactions override it to show those too.
+        """
+        if not self.capabilities.recover:
+            return Inspection(notes=(f"the {self.backend_name} sink shows no pending work",))
+        return Inspection(
+            pending=tuple(
+                PendingWork.prepared(c, f"batch {c.batch_id} partition {c.partition}")
+                for c in self.recover(sink_id)
+            )
+        )
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Remove lingering, never-prepared work of ``sink_id`` (failed or speculative

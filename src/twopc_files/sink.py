@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -26,6 +27,8 @@ from twopc import (
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Inspection,
+    PendingWork,
     PermanentSinkError,
     RecoveryScope,
     Sink,
@@ -376,6 +379,54 @@ class FilesSink(Sink[FilesTransaction]):
             except (ValueError, KeyError) as exc:
                 _log.warning("ignoring unreadable committable %s: %s", path, exc)
         return found
+
+    def inspect(self, sink_id: str) -> Inspection:
+        """Prepared attempts (a ``_committable.json`` in their staging directory) and
+        attempts that never prepared, read without touching them."""
+        base = self._abs(f"{STAGING_DIR}/{sink_id}")
+        pending: list[PendingWork] = []
+        if self.fs.exists(base):
+            for attempt in sorted(self.fs.glob(f"{base}/*/*/*")):
+                relative = attempt[len(self.root.rstrip("/")) + 1 :]
+                marker = f"{attempt}/{COMMITTABLE_FILE}"
+                if self.fs.exists(marker):
+                    try:
+                        committable = Committable.loads(self.fs.cat_file(marker).decode())
+                    except (ValueError, KeyError) as exc:
+                        _log.warning("ignoring unreadable committable %s: %s", marker, exc)
+                        continue
+                    pending.append(PendingWork.prepared(committable, relative, self._age(marker)))
+                else:
+                    pending.append(self._unprepared(relative, attempt))
+        return Inspection(
+            pending=tuple(pending),
+            markers=None,
+            notes=(
+                "files: the commit log next to the data (the manifests) is the only record "
+                "of committed batches",
+            ),
+        )
+
+    def _unprepared(self, relative: str, attempt: str) -> PendingWork:
+        query_id, batch, task = relative.split("/")[-3:]
+        partition, _, attempt_no = task.partition("-")
+        return PendingWork(
+            kind="unprepared",
+            ident=relative,
+            query_id=query_id,
+            batch_id=int(batch) if batch.isdigit() else None,
+            partition=int(partition) if partition.isdigit() else None,
+            attempt=int(attempt_no) if attempt_no.isdigit() else None,
+            age_seconds=self._age(attempt),
+            detail="staged by an attempt that never prepared",
+        )
+
+    def _age(self, path: str) -> float | None:
+        try:
+            modified = self.fs.modified(path)
+        except (NotImplementedError, OSError, ValueError):
+            return None
+        return max(0.0, time.time() - float(modified.timestamp()))
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Delete attempt directories that never prepared, then empty parents."""

@@ -33,9 +33,12 @@ from twopc import (
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Inspection,
+    PendingWork,
     PermanentSinkError,
     Sink,
     SinkError,
+    TargetMarker,
     TaskContext,
     TransientSinkError,
 )
@@ -275,6 +278,20 @@ class SqlSink(Sink[SqlTransaction]):
     @abstractmethod
     def prepared_ids(self, sink_id: str) -> list[TransactionId]:
         """Prepared branches of this database whose gtrid starts with the sink's prefix."""
+
+    def prepared_ages(self, sink_id: str) -> dict[str, float]:
+        """Seconds since each of the sink's branches prepared, by gid, where the database
+        says (PostgreSQL does; MySQL's ``XA RECOVER`` does not)."""
+        return {}
+
+    def staging_tables(self, sink_id: str) -> list[TableName]:
+        """This sink's staging tables that outlive a transaction (MySQL), for the sweep."""
+        return []
+
+    @abstractmethod
+    def last_markers(self, sink_id: str) -> list[TargetMarker]:
+        """Newest marker batch per (query, partition) of ``sink_id``; read-only, and empty
+        when the marker table does not exist yet."""
 
     # -- phase 1 --------------------------------------------------------------------------
 
@@ -560,6 +577,34 @@ class SqlSink(Sink[SqlTransaction]):
         prepared = [*keep, *self.recover(sink_id)]
         tables = {t for t in (self.staging_table(c) for c in prepared) if t is not None}
         return self.sweep_staging(sink_id, tables)
+
+    def inspect(self, sink_id: str) -> Inspection:
+        """Prepared branches, leftover staging tables and the marker rows, read-only."""
+        prepared = self.recover(sink_id)
+        ages = self.prepared_ages(sink_id) if prepared else {}
+        pending: list[PendingWork] = []
+        for c in prepared:
+            gid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"])).gid
+            pending.append(PendingWork.prepared(c, gid, ages.get(gid)))
+        if self.options.needs_staging:
+            kept = {self.staging_table(c) for c in prepared}
+            for table in self.staging_tables(sink_id):
+                if table not in kept:
+                    pending.append(
+                        PendingWork(
+                            kind="staging_table",
+                            ident=str(table),
+                            detail="staging table of an attempt that did not finish",
+                        )
+                    )
+        notes: list[str] = []
+        if not self.two_phase:
+            notes.append(
+                "transaction mode: each task commits its own transaction; the server rolls "
+                "back a crashed task's open transaction when its connection drops, so nothing "
+                "stays prepared. The marker rows show which partitions committed."
+            )
+        return Inspection(tuple(pending), tuple(self.last_markers(sink_id)), tuple(notes))
 
     def recover(self, sink_id: str) -> list[Committable]:
         if not self.two_phase:

@@ -28,6 +28,7 @@ from twopc import (
     ConfigurationError,
     PermanentSinkError,
     SinkError,
+    TargetMarker,
     TaskContext,
     TransientSinkError,
 )
@@ -339,7 +340,7 @@ class MySQLSink(SqlSink):
         finally:
             _close_quietly(conn)
 
-    def sweep_staging(self, sink_id: str, keep: set[TableName]) -> int:
+    def staging_tables(self, sink_id: str) -> list[TableName]:
         prefix = f"{_STAGING_PREFIX}{hashlib.sha256(sink_id.encode()).hexdigest()[:8]}_"
         schema = self.options.table.schema
         conn = self.connect(autocommit=True)
@@ -347,19 +348,44 @@ class MySQLSink(SqlSink):
             with conn.cursor() as cursor:
                 cursor.execute(
                     "SELECT table_name FROM information_schema.tables WHERE "
-                    "table_schema = COALESCE(%s, DATABASE()) AND table_name LIKE %s",
+                    "table_schema = COALESCE(%s, DATABASE()) AND table_name LIKE %s "
+                    "ORDER BY table_name",
                     (schema, prefix.replace("_", "\\_") + "%"),
                 )
-                names = [str(r[0]) for r in cursor.fetchall()]
-                dropped = 0
-                for name in names:
-                    table = TableName(name, schema)
-                    if table not in keep:
-                        cursor.execute(f"DROP TABLE IF EXISTS {_table(table)}")
-                        dropped += 1
+                return [TableName(str(r[0]), schema) for r in cursor.fetchall()]
         finally:
             _close_quietly(conn)
+
+    def sweep_staging(self, sink_id: str, keep: set[TableName]) -> int:
+        dropped = 0
+        for table in self.staging_tables(sink_id):
+            if table not in keep:
+                self.discard_staging(table)
+                dropped += 1
         return dropped
+
+    def last_markers(self, sink_id: str) -> list[TargetMarker]:
+        marker = self.options.marker_table
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    "SELECT 1 FROM information_schema.tables WHERE "
+                    "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s",
+                    (marker.schema, marker.name),
+                )
+                if cursor.fetchone() is None:
+                    return []
+                cursor.execute(
+                    f"SELECT query_id, partition_id, MAX(batch_id) FROM {_table(marker)} "
+                    "WHERE sink_id = %s GROUP BY query_id, partition_id "
+                    "ORDER BY query_id, partition_id",
+                    (sink_id,),
+                )
+                rows = cursor.fetchall()
+        finally:
+            _close_quietly(conn)
+        return [TargetMarker(str(q), int(p), int(b)) for q, p, b in rows]
 
     def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
         try:

@@ -19,7 +19,13 @@ import pyarrow.compute as pc
 from psycopg import errors as pgerrors
 from psycopg import sql
 
-from twopc import ConfigurationError, PermanentSinkError, SinkError, TransientSinkError
+from twopc import (
+    ConfigurationError,
+    PermanentSinkError,
+    SinkError,
+    TargetMarker,
+    TransientSinkError,
+)
 from twopc_jdbc._base import (
     SEQ_COLUMN,
     MarkerKey,
@@ -238,6 +244,36 @@ class PostgresSink(SqlSink):
         finally:
             _close_quietly(conn)
         return [x for x in (TransactionId.parse_gid(r[0]) for r in rows) if x is not None]
+
+    def prepared_ages(self, sink_id: str) -> dict[str, float]:
+        conn = self.connect(autocommit=True)
+        try:
+            rows = conn.execute(
+                "SELECT gid, extract(epoch FROM now() - prepared) FROM pg_prepared_xacts "
+                "WHERE database = current_database() AND starts_with(gid, %s)",
+                (TransactionId.gtrid_prefix(sink_id),),
+            ).fetchall()
+        finally:
+            _close_quietly(conn)
+        return {str(gid): float(age) for gid, age in rows}
+
+    def last_markers(self, sink_id: str) -> list[TargetMarker]:
+        conn = self.connect(autocommit=True)
+        try:
+            marker = self._ident(self.options.marker_table)
+            found = conn.execute("SELECT to_regclass(%s)", (marker.as_string(conn),)).fetchone()
+            if found is None or found[0] is None:
+                return []
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT query_id, partition_id, max(batch_id) FROM {} WHERE sink_id = %s "
+                    "GROUP BY query_id, partition_id ORDER BY query_id, partition_id"
+                ).format(marker),
+                (sink_id,),
+            ).fetchall()
+        finally:
+            _close_quietly(conn)
+        return [TargetMarker(str(q), int(p), int(b)) for q, p, b in rows]
 
     # -- tables ---------------------------------------------------------------------------
 

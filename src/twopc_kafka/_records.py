@@ -8,6 +8,9 @@ Two shapes of input:
 * **Any other schema**: each row becomes the value, serialized as ``json`` (default: one
   JSON object per row), ``string`` (a single string column) or ``bytes`` (a single binary
   column); ``key_column`` names the column used as the key.
+
+A row serializer (a user's ``value_serializer``, or the Avro/Protobuf serializers of
+``_registry``) replaces both: every row, whatever the shape, goes through it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from twopc_kafka._registry import REGISTRY_FORMATS, SerializerServiceError, registry_failure
+
 __all__ = ["VALUE_FORMATS", "Record", "RowSerializer", "records"]
 
-VALUE_FORMATS = ("json", "string", "bytes")
+VALUE_FORMATS = ("json", "string", "bytes", *REGISTRY_FORMATS)
 _SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
 
 
@@ -71,8 +76,15 @@ def records(
     key_column: str | None = None,
     serializer: RowSerializer | None = None,
     topic: str = "",
+    *,
+    serializer_label: str = "value_serializer",
 ) -> Iterator[Record]:
-    """The batch's rows as records; raises ``ValueError`` on a shape it cannot send."""
+    """The batch's rows as records.
+
+    Raises ``ValueError`` on a shape or row it cannot send, and ``SerializerServiceError``
+    when the serializer's schema registry fails; ``serializer_label`` names the serializer
+    in messages.
+    """
     if is_spark_shape(batch.schema) and serializer is None:
         yield from _spark_records(batch)
         return
@@ -80,7 +92,12 @@ def records(
     keys = batch.column(key_column).to_pylist() if key_column else None
     values: list[bytes | None]
     if serializer is not None:
-        values = [_serialize(serializer, row, topic, i) for i, row in enumerate(batch.to_pylist())]
+        values = [
+            _serialize(serializer, row, topic, i, serializer_label)
+            for i, row in enumerate(batch.to_pylist())
+        ]
+    elif value_format in REGISTRY_FORMATS:
+        raise ValueError(f"value_format={value_format!r} needs its schema registry serializer")
     elif value_format == "json":
         values = [
             json.dumps(row, default=_json_default, separators=(",", ":")).encode()
@@ -98,12 +115,20 @@ def records(
         yield Record(None, value, None if keys is None else _to_bytes(keys[index]))
 
 
-def _serialize(serializer: RowSerializer, row: dict[str, Any], topic: str, index: int) -> bytes:
+def _serialize(
+    serializer: RowSerializer, row: dict[str, Any], topic: str, index: int, label: str
+) -> bytes:
     try:
         return serializer(row, topic)
-    except Exception as exc:  # a row the user's schema rejects: bad input, not a crash
+    except SerializerServiceError:
+        raise
+    except Exception as exc:
+        failure = registry_failure(exc)  # a user's serializer calling a registry
+        if failure is not None:
+            raise failure from exc
+        # a row the schema rejects: bad input, not a crash
         raise ValueError(
-            f"value_serializer rejected row {index} of the batch: {type(exc).__name__}: {exc}"
+            f"{label} rejected row {index} of the batch: {type(exc).__name__}: {exc}"
         ) from exc
 
 

@@ -31,6 +31,8 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
@@ -38,18 +40,30 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+# confluent-kafka's own type hints do not declare this re-export
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # isort: skip
+
 from twopc import (
     Capabilities,
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Inspection,
+    PendingWork,
     PermanentSinkError,
     Sink,
     SinkError,
+    TargetMarker,
     TaskContext,
     TransientSinkError,
 )
 from twopc_kafka._records import VALUE_FORMATS, Record, RowSerializer, records
+from twopc_kafka._registry import (
+    REGISTRY_FORMATS,
+    RegistryOptions,
+    SerializerServiceError,
+    redact_url,
+)
 
 __all__ = ["MODES", "KafkaSink"]
 
@@ -114,12 +128,25 @@ class KafkaSink(Sink[KafkaTransaction]):
             ``atomic`` (one transaction per micro-batch, written by one task).
         transactional_id_prefix: first part of every ``transactional.id`` and marker group.
         value_format: ``json``, ``string`` or ``bytes`` for frames without Spark's Kafka
-            columns (``key``, ``value``, ``topic``, ``partition``, ``headers``).
+            columns (``key``, ``value``, ``topic``, ``partition``, ``headers``); ``avro``
+            or ``protobuf`` for every row of any frame, through confluent-kafka's
+            serializers and the schema registry at ``schema_registry_url`` (needs
+            ``twopc[avro]`` / ``twopc[protobuf]``).
         key_column: the column used as the record key for such frames.
         value_serializer: ``"package.module:factory"``; ``factory()`` returns
             ``serialize(row: dict, topic: str) -> bytes``, used for every row instead of
-            ``value_format`` (for Avro or Protobuf through a schema registry client). It is
-            imported in each task, so the client is created where it is used.
+            ``value_format`` (for serializers twopc does not build itself). It is imported
+            in each task, so a client it holds is created where it is used.
+        schema_registry_url: the registry's base URL (Confluent REST API), for
+            ``value_format="avro"`` or ``"protobuf"``.
+        value_schema: the Avro schema as JSON text, or the Protobuf message class as
+            ``"package.module:Message"``.
+        schema_registry_config: more ``SchemaRegistryClient`` settings: credentials
+            (``basic.auth.user.info``), TLS (``ssl.ca.location`` ...), ``timeout``,
+            ``max.retries``. Secret values are redacted in ``repr`` and never logged.
+        serializer_config: settings of confluent-kafka's ``AvroSerializer`` /
+            ``ProtobufSerializer`` (``auto.register.schemas``, ``use.latest.version``,
+            ``subject.name.strategy`` ...).
         marker_topic: the topic whose partition 0 carries the marker offsets (default:
             ``topic``); it must exist.
         transaction_timeout_ms: ``transaction.timeout.ms``; must not exceed the broker's
@@ -143,6 +170,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         value_format: str = "json",
         key_column: str | None = None,
         value_serializer: str | None = None,
+        schema_registry_url: str | None = None,
+        value_schema: str | None = None,
+        schema_registry_config: dict[str, Any] | None = None,
+        serializer_config: dict[str, Any] | None = None,
         marker_topic: str | None = None,
         transaction_timeout_ms: int = 60_000,
         producer_config: dict[str, Any] | None = None,
@@ -186,6 +217,14 @@ class KafkaSink(Sink[KafkaTransaction]):
                 f"{value_serializer!r}"
             )
         self.value_serializer = value_serializer
+        self.registry = self._registry_options(
+            value_format,
+            value_serializer=value_serializer,
+            url=schema_registry_url,
+            value_schema=value_schema,
+            client_config=schema_registry_config,
+            serializer_config=serializer_config,
+        )
         self._serializer: RowSerializer | None = None
         self.marker_topic = marker_topic or topic or ""
         self.transaction_timeout_ms = int(transaction_timeout_ms)
@@ -205,13 +244,55 @@ class KafkaSink(Sink[KafkaTransaction]):
         # Prepared transactions of this process, for the in-task commit.
         self._open: dict[tuple[str, int, int, int], KafkaTransaction] = {}
 
+    @staticmethod
+    def _registry_options(
+        value_format: str,
+        *,
+        value_serializer: str | None,
+        url: str | None,
+        value_schema: str | None,
+        client_config: dict[str, Any] | None,
+        serializer_config: dict[str, Any] | None,
+    ) -> RegistryOptions | None:
+        """The Avro/Protobuf settings, checked now; None for the other value formats."""
+        if value_format not in REGISTRY_FORMATS:
+            given = {
+                "schema_registry_url": url,
+                "value_schema": value_schema,
+                "schema_registry_config": client_config,
+                "serializer_config": serializer_config,
+            }
+            extra = sorted(name for name, value in given.items() if value is not None)
+            if extra:
+                raise ConfigurationError(
+                    f"kafka sink: {', '.join(extra)} only apply to value_format='avro' or "
+                    f"'protobuf', not {value_format!r}"
+                )
+            return None
+        if value_serializer is not None:
+            raise ConfigurationError(
+                f"kafka sink: value_format={value_format!r} and value_serializer both say how "
+                "to serialize values; give one"
+            )
+        return RegistryOptions(
+            value_format,
+            url or "",
+            value_schema or "",
+            dict(client_config or {}),
+            dict(serializer_config or {}),
+        )
+
     def __repr__(self) -> str:
         safe = {
             k: ("***" if k.startswith(_SECRET_KEYS) else v) for k, v in self.producer_config.items()
         }
+        registry = ""
+        if self.registry is not None:
+            url = redact_url(self.registry.url)
+            registry = f", value_format={self.value_format!r}, schema_registry_url={url!r}"
         return (
-            f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}, "
-            f"producer_config={safe!r})"
+            f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}"
+            f"{registry}, producer_config={safe!r})"
         )
 
     def describe(self) -> str:
@@ -373,24 +454,39 @@ class KafkaSink(Sink[KafkaTransaction]):
                 batch_id=ctx.batch_id,
                 partition=ctx.partition,
             )
+        serializer = self._row_serializer()
+        label = "value_serializer" if self.registry is None else self.registry.label
         try:
-            serializer = self._row_serializer()
             topic = self.topic or ""
-            for record in records(batch, self.value_format, self.key_column, serializer, topic):
+            for record in records(
+                batch,
+                self.value_format,
+                self.key_column,
+                serializer,
+                topic,
+                serializer_label=label,
+            ):
                 self._produce(txn, record)
         except ValueError as exc:
             raise PermanentSinkError(
                 str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
             ) from exc
+        except SerializerServiceError as exc:
+            kind = TransientSinkError if exc.retryable else PermanentSinkError
+            raise kind(
+                str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
+            ) from exc
         txn.producer.poll(0)
 
     def _row_serializer(self) -> RowSerializer | None:
-        if self.value_serializer is None:
-            return None
+        """The serializer of every row, built in the task (registry clients never pickle)."""
         if self._serializer is None:
-            module_name, _, attribute = self.value_serializer.partition(":")
-            factory = getattr(importlib.import_module(module_name), attribute)
-            self._serializer = factory()
+            if self.registry is not None:
+                self._serializer = self.registry.row_serializer()
+            elif self.value_serializer is not None:
+                module_name, _, attribute = self.value_serializer.partition(":")
+                factory = getattr(importlib.import_module(module_name), attribute)
+                self._serializer = factory()
         return self._serializer
 
     def _produce(self, txn: KafkaTransaction, record: Record) -> None:
@@ -556,6 +652,143 @@ class KafkaSink(Sink[KafkaTransaction]):
             return False
         finally:
             del producer  # no librdkafka client may outlive this (forked tasks follow)
+
+    # -- read-only inspection -----------------------------------------------------------------
+
+    def inspect(self, sink_id: str) -> Inspection:
+        """Marker offsets and partitions held back by an open transaction, without probing.
+
+        confluent-kafka's AdminClient cannot list or describe transactions, and
+        ``init_transactions`` (the sweep's probe) aborts what it finds, so an open
+        transaction is only visible as a partition whose last stable offset (what a
+        ``read_committed`` reader may read up to) is below its high watermark.
+        """
+        admin = AdminClient(self._admin_only_config())
+        groups = self._marker_groups(admin, sink_id)
+        markers = tuple(self._marker_offsets(admin, groups))
+        pending = tuple(self._open_transactions(admin))
+        probes = max(self.lingering_probe, self._partitions_seen(sink_id))
+        topics = ", ".join(sorted(self._inspected_topics()))
+        notes = (
+            f"kafka: open transactions are seen per topic partition (last stable offset below "
+            f"the high watermark) on {topics} only; Kafka's admin API as used here cannot list "
+            "transactions, so status cannot tell which transactional id holds a partition "
+            "open, nor see an open transaction that wrote only to other topics (rows with a "
+            "topic column)",
+            f"kafka: recover aborts open transactions of the transactional ids "
+            f"{self.transactional_id(sink_id, 0)} .. {self.transactional_id(sink_id, probes - 1)} "
+            "(init_transactions fences them); a transaction of another producer stays open "
+            "until its transaction.timeout.ms",
+            "kafka: each task commits its own transaction, so nothing waits for a commit "
+            "decision; the marker offsets show which partitions committed",
+        )
+        return Inspection(pending, markers, notes)
+
+    def _inspected_topics(self) -> set[str]:
+        return {t for t in (self.topic, self.marker_topic) if t}
+
+    def _marker_groups(self, admin: Any, sink_id: str) -> list[tuple[str, str, int]]:
+        """(group, query id, partition) of every marker group of the sink."""
+        listing = admin.list_consumer_groups(request_timeout=self.timeout).result(self.timeout)
+        prefix = f"{self.prefix}.{sink_id}."
+        found = []
+        for group in listing.valid:
+            name = str(group.group_id)
+            if not name.startswith(prefix):
+                continue
+            query_id, sep, tail = name[len(prefix) :].rpartition(".p")
+            if sep and query_id and tail.isdigit():
+                found.append((name, query_id, int(tail)))
+        return sorted(found)
+
+    def _marker_offsets(self, admin: Any, groups: list[tuple[str, str, int]]) -> list[TargetMarker]:
+        markers = []
+        for name, query_id, partition in groups:
+            request = ConsumerGroupTopicPartitions(name, [TopicPartition(self.marker_topic, 0)])
+            futures = admin.list_consumer_group_offsets([request], request_timeout=self.timeout)
+            result = futures[name].result(self.timeout)
+            for tp in result.topic_partitions or ():
+                if tp.error is None and tp.offset >= 1:
+                    markers.append(TargetMarker(query_id, partition, int(tp.offset) - 1))
+        return markers
+
+    def _open_transactions(self, admin: Any) -> list[PendingWork]:
+        metadata = admin.list_topics(timeout=self.timeout)
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(self._inspected_topics())
+            if topic in metadata.topics
+            for p in sorted(metadata.topics[topic].partitions)
+        ]
+        if not partitions:
+            return []
+        stable = self._end_offsets(admin, partitions, IsolationLevel.READ_COMMITTED)
+        high = self._end_offsets(admin, partitions, IsolationLevel.READ_UNCOMMITTED)
+        stuck = [
+            tp for tp in partitions if stable[tp.topic, tp.partition] < high[tp.topic, tp.partition]
+        ]
+        ages = self._first_unstable_ages(stuck, stable)
+        return [
+            PendingWork(
+                kind="open_transaction",
+                ident=f"{tp.topic}[{tp.partition}]",
+                age_seconds=ages.get((tp.topic, tp.partition)),
+                detail=(
+                    f"last stable offset {stable[tp.topic, tp.partition]} < high watermark "
+                    f"{high[tp.topic, tp.partition]}: an open transaction holds "
+                    "read_committed readers back"
+                ),
+            )
+            for tp in stuck
+        ]
+
+    def _end_offsets(
+        self, admin: Any, partitions: list[TopicPartition], isolation: Any
+    ) -> dict[tuple[str, int], int]:
+        request = {tp: OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets(
+            request, isolation_level=isolation, request_timeout=self.timeout
+        )
+        return {
+            (tp.topic, tp.partition): int(future.result(self.timeout).offset)
+            for tp, future in futures.items()
+        }
+
+    def _first_unstable_ages(
+        self, stuck: list[TopicPartition], stable: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], float]:
+        """Age of the first record past the last stable offset: how long the open
+        transaction has held readers back (read_uncommitted, never committing offsets)."""
+        if not stuck:
+            return {}
+        consumer = Consumer(
+            {
+                **self._admin_only_config(),
+                "group.id": f"{self.prefix}.status",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        ages: dict[tuple[str, int], float] = {}
+        try:
+            consumer.assign(
+                [
+                    TopicPartition(tp.topic, tp.partition, stable[tp.topic, tp.partition])
+                    for tp in stuck
+                ]
+            )
+            deadline = time.monotonic() + min(self.timeout, 10.0)
+            while len(ages) < len(stuck) and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                key = (str(msg.topic()), int(msg.partition() or 0))
+                _, stamp = msg.timestamp()
+                if key not in ages and stamp > 0:
+                    ages[key] = max(0.0, time.time() - stamp / 1000.0)
+        finally:
+            consumer.close()
+        return ages
 
     def _partitions_seen(self, sink_id: str) -> int:
         """One more than the highest partition with a marker group, in any query."""

@@ -46,12 +46,14 @@ def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int 
     return ids
 
 
-# The real-service fixtures (Postgres, MariaDB, Kafka) live with the integration tests.
+# The real-service fixtures (Postgres, MariaDB, Kafka, the schema registry) live with the
+# integration tests.
 from tests.integration.conftest import (  # noqa: E402, F401
     kafka_bootstrap,
     mysql_dsn,
     mysql_params,
     postgres_dsn,
+    schema_registry_url,
     services,
     services_cli,
 )

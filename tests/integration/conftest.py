@@ -6,6 +6,8 @@ Fixtures:
 * ``postgres_dsn``    -> ``"postgresql://twopc:twopc@127.0.0.1:15432/twopc"``
 * ``mysql_dsn``       -> ``"mysql://twopc:twopc@127.0.0.1:13306/twopc"`` (MariaDB)
 * ``mysql_params``    -> :class:`MysqlParams` (``.connect_kwargs()`` for ``pymysql.connect``)
+* ``schema_registry_url`` -> ``"http://127.0.0.1:18081/apis/ccompat/v7"`` (Apicurio Registry,
+  Confluent-compatible API)
 * ``services``        -> :class:`ServiceControl`: ``kill(name)``, ``restart(name)``,
   ``start(name)``, ``stop(name)``, ``status()``; a service a test killed or stopped and did
   not bring back is restarted when the test ends, so later tests find it running.
@@ -59,6 +61,12 @@ def mysql_dsn(services_cli: Services) -> str:
 def mysql_params(mysql_dsn: str) -> MysqlParams:
     """The MariaDB URL split for ``pymysql.connect(**mysql_params.connect_kwargs())``."""
     return parse_mysql_dsn(mysql_dsn)
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(services_cli: Services) -> str:
+    """Base URL of the test schema registry's Confluent-compatible API, started if needed."""
+    return services_cli.start("registry")["SCHEMA_REGISTRY_URL"]
 
 
 @pytest.fixture(scope="session")

@@ -19,12 +19,13 @@ from urllib.parse import unquote, urlsplit
 REPO_DIR = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_DIR / "scripts" / "services"
 
-SERVICE_NAMES = ("kafka", "postgres", "mariadb")
+SERVICE_NAMES = ("kafka", "postgres", "mariadb", "registry")
 # the name of the setting ``scripts/services env`` prints for each service
 ENV_KEYS = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
     "postgres": "POSTGRES_DSN",
     "mariadb": "MYSQL_DSN",
+    "registry": "SCHEMA_REGISTRY_URL",
 }
 
 
@@ -134,7 +135,7 @@ class Services:
         return self._run("status")
 
     def address(self, name: str) -> str:
-        """The connection setting of one service (bootstrap servers or DSN)."""
+        """The connection setting of one service (bootstrap servers, DSN or registry URL)."""
         self._check(name)
         return self.env()[ENV_KEYS[name]]
 

@@ -218,6 +218,9 @@ class TestMariaDbSink(SqlSinkCases):
         sink.invoke(txn, batch(id=[1], v=["a"], n=[1]))
         txn.conn.close()  # the task's process dies: no abort, the table stays
         assert len(db.staging_tables(sid)) == 1
+        (leftover,) = sink.inspect(sid).pending  # status sees it, read-only
+        assert leftover.kind == "staging_table" and leftover.committable is None
+        assert len(db.staging_tables(sid)) == 1
         coordinator = env.coordinator(env.sink(table, mode="upsert", key_columns=["id"],
                                                transaction_mode="two_phase"), sid)  # fmt: skip
         coordinator.run_batch(
@@ -225,3 +228,6 @@ class TestMariaDbSink(SqlSinkCases):
         )
         assert env.leftovers(sid) == ([], [])
         assert db.rows(table) == [(1, "b", 2)]
+        inspection = sink.inspect(sid)
+        assert inspection.pending == ()
+        assert inspection.markers == (twopc.TargetMarker(env.query_id, 0, 0),)

@@ -317,6 +317,13 @@ def test_lingering_transaction_stalls_readers_until_the_sweep(
     assert committed_keys(kafka_bootstrap, topic) == Counter()
     assert uncommitted_keys(kafka_bootstrap, topic)["lingering"] == 1
 
+    # Status sees the stalled partition without touching it (no probe, so no abort).
+    inspection = sink_for(kafka_bootstrap, topic, prefix).inspect(sink_id)
+    (stalled,) = inspection.pending
+    assert (stalled.kind, stalled.ident) == ("open_transaction", f"{topic}[0]")
+    assert stalled.age_seconds is not None and stalled.age_seconds < 600
+    assert stable_end(kafka_bootstrap, topic) == 0
+
     # The first batch of a restarted writer sweeps the sink's ids and aborts it.
     batch = [rows(5, p, 30) for p in range(2)]
     # Tasks inline: forking while this process holds live librdkafka clients (the raw
@@ -331,6 +338,9 @@ def test_lingering_transaction_stalls_readers_until_the_sweep(
     expected = keys_of([batch]) | set(rows(0, 0, 10).column("key").to_pylist())
     assert_exactly_once(committed_keys(kafka_bootstrap, topic), expected)
     assert stable_end(kafka_bootstrap, topic) > 0
+    after = sink_for(kafka_bootstrap, topic, prefix).inspect(sink_id)
+    assert after.pending == ()
+    assert after.markers == (twopc.TargetMarker(QUERY, 0, 5), twopc.TargetMarker(QUERY, 1, 5))
 
     # The fenced lingering producer can no longer commit its transaction.
     with pytest.raises(KafkaException):

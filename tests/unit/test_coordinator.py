@@ -175,6 +175,23 @@ def test_task_retries_replace_a_failed_attempt(tmp_path: Path) -> None:
     assert staged_attempts(tmp_path / "out") == []
 
 
+@pytest.mark.parametrize("point", ["after_invoke", "after_pre_commit"])
+def test_a_killed_attempt_leaves_nothing_once_its_batch_commits(
+    tmp_path: Path, point: str
+) -> None:
+    """A task process killed before or after preparing, then retried: its staged files go
+    when the batch commits, not at the next batch, which the last batch of a query lacks
+    (found by the chaos campaign, seeds 78 and 10165)."""
+    faults = twopc.FaultPlan.parse(f"{point}:kill@partition=1,attempt=0")
+    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path, faults=faults)
+    engine = LocalEngine(partitions(0), processes=True, max_attempts=2)
+    metrics = coord.run_batch(QUERY, 0, engine)
+    assert {t.partition: t.attempt for t in metrics.tasks} == {0: 0, 1: 1}
+    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
+    assert staged_attempts(tmp_path / "out") == []
+    assert metrics.recovered_aborted + metrics.swept == 1
+
+
 class InTaskSink(FilesSink):
     """Commits in the task, like the Kafka and SQL transaction modes will."""
 

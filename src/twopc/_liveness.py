@@ -1,0 +1,120 @@
+"""The running writer's liveness record, so that operators' tools can tell a live query
+from a crashed one.
+
+A writer keeps one record per streaming query next to its commit log entries,
+``<log root>/<query_id>/.heartbeat.json`` (a hidden name: the commit log never reads it as a
+batch). It is written when a batch starts and when it ends, and removed when the writer is
+closed. ``twopc recover`` refuses to act while a record says the query runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["DEFAULT_STALE_AFTER", "HEARTBEAT_NAME", "Heartbeat", "Liveness", "this_host"]
+
+HEARTBEAT_NAME = ".heartbeat.json"
+DEFAULT_STALE_AFTER = 300.0
+"""Seconds after which a record from another host no longer counts as a running query."""
+
+_FORMAT = 1
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether a heartbeat means the query is running, and why."""
+
+    running: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Who writes a query's batches, and when it last said so.
+
+    ``state`` is ``writing`` while a batch runs and ``idle`` between batches.
+    """
+
+    sink_id: str
+    query_id: str
+    host: str
+    pid: int
+    started_at: float
+    updated_at: float
+    batch_id: int
+    state: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": _FORMAT, **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Heartbeat:
+        body = json.loads(raw)
+        if body.get("format") != _FORMAT:
+            raise ValueError(f"unsupported heartbeat format {body.get('format')!r}")
+        return cls(
+            sink_id=str(body["sink_id"]),
+            query_id=str(body["query_id"]),
+            host=str(body["host"]),
+            pid=int(body["pid"]),
+            started_at=float(body["started_at"]),
+            updated_at=float(body["updated_at"]),
+            batch_id=int(body["batch_id"]),
+            state=str(body["state"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def assess(
+        self,
+        stale_after: float = DEFAULT_STALE_AFTER,
+        *,
+        now: float | None = None,
+        host: str | None = None,
+    ) -> Liveness:
+        """Running or not: on this host the process decides; elsewhere the record's age.
+
+        On the same host a live process counts as running however old the record is (a
+        query with a long trigger interval writes rarely), and a dead one as stopped however
+        fresh. From another host only the age can tell: a record older than
+        ``stale_after`` seconds is presumed to belong to a stopped query.
+        """
+        now = time.time() if now is None else now
+        age = max(0.0, now - self.updated_at)
+        if self.host == (host or this_host()):
+            if _pid_alive(self.pid):
+                return Liveness(True, f"process {self.pid} on this host is alive")
+            return Liveness(False, f"process {self.pid} on this host has exited")
+        if age < stale_after:
+            return Liveness(
+                True,
+                f"updated {age:.0f}s ago by {self.host} (pid {self.pid}), within "
+                f"{stale_after:.0f}s",
+            )
+        return Liveness(
+            False,
+            f"last updated {age:.0f}s ago by {self.host} (pid {self.pid}), older than "
+            f"{stale_after:.0f}s: presumed stopped",
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True

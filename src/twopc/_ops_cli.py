@@ -1,0 +1,338 @@
+"""``twopc status`` and ``twopc recover``: find a sink from its options, show or resolve
+what crashed runs left.
+
+Sink options often hold secrets (passwords in DSNs, SASL passwords), so they can come from
+the environment (``--option-env``) or a file (``--options-json``) as well as the command
+line, and nothing here ever prints them: output shows :meth:`twopc.Sink.describe` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from twopc._commit_log import CommitLog
+from twopc._liveness import DEFAULT_STALE_AFTER
+from twopc._status import RecoveryReport, SinkStatus, StatusItem, recover_sink, sink_status
+from twopc._writer import resolve_commit_log, validate_sink_id
+from twopc.errors import TwoPCError
+from twopc.plugins import create_sink
+from twopc.protocol import Sink
+
+__all__ = ["add_ops_commands"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments: exit status 2."""
+
+
+def add_ops_commands(commands: Any) -> None:
+    """Register ``status`` and ``recover`` on the main parser's subcommands."""
+    status = commands.add_parser(
+        "status", help="what crashed runs of a sink left, and what recovery would do"
+    )
+    _sink_arguments(status)
+    status.set_defaults(func=_status)
+
+    recover = commands.add_parser(
+        "recover", help="commit what was decided, abort what was not, sweep leftovers"
+    )
+    _sink_arguments(recover)
+    recover.add_argument(
+        "--dry-run", action="store_true", help="print the plan (what status shows); change nothing"
+    )
+    recover.add_argument(
+        "--force", action="store_true", help="act even though a liveness record says a writer runs"
+    )
+    recover.set_defaults(func=_recover)
+
+
+def _sink_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("backend", help="backend name, as in `twopc plugins`")
+    parser.add_argument("--sink-id", required=True, help="the sink id the query uses")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sink option as a string (repeatable)",
+    )
+    parser.add_argument(
+        "--option-json",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a sink option given as JSON: numbers, booleans, lists (repeatable)",
+    )
+    parser.add_argument(
+        "--option-env",
+        action="append",
+        default=[],
+        metavar="KEY=VARIABLE",
+        help="a sink option read from an environment variable, for secrets (repeatable)",
+    )
+    parser.add_argument(
+        "--options-json",
+        metavar="FILE",
+        help="a JSON object of sink options ('-' reads stdin); the flags above override it",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--commit-log", metavar="URL", help="the commit log, if not the default")
+    where.add_argument(
+        "--checkpoint",
+        metavar="URL",
+        help="the query's checkpoint: the commit log is then <checkpoint>/twopc/<sink id>",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec option for the commit log's filesystem (repeatable)",
+    )
+    parser.add_argument(
+        "--stale-after",
+        type=float,
+        default=DEFAULT_STALE_AFTER,
+        metavar="SECONDS",
+        help="a liveness record from another host older than this counts as stopped "
+        f"(default {DEFAULT_STALE_AFTER:.0f})",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} expects KEY=VALUE, got {key or value!r}")
+        pairs.append((key, rest))
+    return pairs
+
+
+def sink_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The sink's options from the file, then the flags (later ones win)."""
+    options: dict[str, Any] = {}
+    if args.options_json:
+        try:
+            raw = (
+                sys.stdin.read()
+                if args.options_json == "-"
+                else Path(args.options_json).read_text()
+            )
+            loaded = json.loads(raw)
+        except (OSError, ValueError) as exc:
+            # the file may hold secrets: name it, never quote it
+            raise UsageError(
+                f"cannot read --options-json {args.options_json}: {type(exc).__name__}"
+            ) from None
+        if not isinstance(loaded, dict):
+            raise UsageError("--options-json must hold a JSON object")
+        options.update(loaded)
+    for key, value in _pairs(args.option, "--option"):
+        options[key] = value
+    for key, text in _pairs(args.option_json, "--option-json"):
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            raise UsageError(f"--option-json {key}: not valid JSON") from None
+    for key, variable in _pairs(args.option_env, "--option-env"):
+        if variable not in os.environ:
+            raise UsageError(f"--option-env {key}: environment variable {variable} is not set")
+        options[key] = os.environ[variable]
+    return options
+
+
+def _open(args: argparse.Namespace) -> tuple[Sink[Any], str, CommitLog]:
+    try:
+        sink_id = validate_sink_id(args.sink_id)
+    except TwoPCError as exc:
+        raise UsageError(str(exc)) from None
+    options = sink_options(args)
+    try:
+        sink = create_sink(args.backend, **options)
+    except TypeError as exc:
+        raise UsageError(
+            f"the {args.backend} backend does not accept these options: {exc}"
+        ) from None
+    except TwoPCError as exc:
+        raise UsageError(str(exc)) from None
+    storage = dict(_pairs(args.storage_option, "--storage-option")) or None
+    try:
+        url, storage_options = resolve_commit_log(
+            sink, sink_id, args.commit_log, storage, args.checkpoint
+        )
+    except TwoPCError:
+        raise UsageError(
+            f"the {args.backend} sink keeps no commit log of its own: give --commit-log URL "
+            "(what the query passed as commit_log=) or --checkpoint URL (its checkpoint "
+            "location, when it passed no commit_log)"
+        ) from None
+    return sink, sink_id, CommitLog(url, storage_options)
+
+
+def _run(args: argparse.Namespace, action: Any) -> int:
+    try:
+        sink, sink_id, log = _open(args)
+    except UsageError as exc:
+        print(f"twopc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(action(sink, sink_id, log))
+    except Exception as exc:  # the target or the log could not be read
+        print(f"twopc {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _status(args: argparse.Namespace) -> int:
+    def show(sink: Sink[Any], sink_id: str, log: CommitLog) -> int:
+        status = sink_status(sink, sink_id, log, stale_after=args.stale_after)
+        if args.json:
+            print(json.dumps(status.to_dict(), indent=2))
+        else:
+            print(render_status(status))
+        return EXIT_OK
+
+    return _run(args, show)
+
+
+def _recover(args: argparse.Namespace) -> int:
+    def act(sink: Sink[Any], sink_id: str, log: CommitLog) -> int:
+        report = recover_sink(
+            sink,
+            sink_id,
+            log,
+            dry_run=args.dry_run,
+            force=args.force,
+            stale_after=args.stale_after,
+        )
+        if args.json:
+            print(json.dumps({"dry_run": args.dry_run, **report.to_dict()}, indent=2))
+        else:
+            print(render_recovery(report, args.dry_run))
+        if report.refused:
+            return EXIT_USAGE
+        if report.error or (report.performed and not report.ok):
+            return EXIT_FAILED
+        return EXIT_OK
+
+    return _run(args, act)
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _short(query_id: str | None) -> str:
+    return "-" if query_id is None else query_id[:8]
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_status(status: SinkStatus) -> str:
+    """The human-readable status: writers, last committed batches, items in doubt, notes."""
+    lines = [
+        f"sink {status.sink_id}: {status.sink}",
+        f"commit log: {status.commit_log}",
+    ]
+    if not status.writers:
+        lines.append("writers: no liveness record (no query running, or stopped cleanly)")
+    for writer in status.writers:
+        hb = writer.heartbeat
+        when = datetime.datetime.fromtimestamp(hb.updated_at, datetime.UTC).isoformat(
+            timespec="seconds"
+        )
+        state = "RUNNING" if writer.running else "not running"
+        lines.append(
+            f"writer of query {_short(hb.query_id)}: {state} ({writer.reason}); "
+            f"last {hb.state} batch {hb.batch_id} at {when}"
+        )
+    for query in status.queries:
+        text = f"query {query.query_id}: last committed batch {_cell(query.log_last_committed)}"
+        text += " (commit log)"
+        if query.target_partitions is not None:
+            per = ", ".join(f"p{p}={b}" for p, b in sorted(query.target_partitions.items()))
+            text += f", {_cell(query.target_last_committed)} (target markers: {per or 'none'})"
+            if query.differs:
+                text += " - the two differ"
+        if query.pending_decisions:
+            text += f"; decided, not finished: {list(query.pending_decisions)}"
+        lines.append(text)
+    items = status.items
+    lines.append(f"in doubt: {len(items)}" + ("" if items else " - nothing for recovery to do"))
+    if items:
+        lines.extend("  " + row for row in _table(items))
+    if status.notes:
+        lines.append("notes:")
+        lines.extend(f"  - {note}" for note in status.notes)
+    return "\n".join(lines)
+
+
+def _table(items: tuple[StatusItem, ...]) -> list[str]:
+    rows = [("ACTION", "KIND", "ID", "QUERY", "BATCH", "PART", "ATT", "AGE", "DETAIL")]
+    for item in items:
+        rows.append(
+            (
+                item.action,
+                item.kind,
+                item.ident,
+                _short(item.query_id),
+                _cell(item.batch_id),
+                _cell(item.partition),
+                _cell(item.attempt),
+                _ago(item.age_seconds),
+                item.detail,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(8)]
+    return [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:8])) + "  " + row[8]
+        for row in rows
+    ]
+
+
+def render_recovery(report: RecoveryReport, dry_run: bool) -> str:
+    lines = [render_status(report.plan), ""]
+    if report.refused:
+        lines.append(f"refused: {report.refused}; stop the query first, or use --force")
+        return "\n".join(lines)
+    if dry_run:
+        running = report.plan.running
+        if running:
+            lines.append("note: a writer is running; recover would refuse without --force")
+        lines.append(f"dry run: {len(report.plan.items)} item(s) would be handled; nothing changed")
+        return "\n".join(lines)
+    lines.append(
+        f"recovered: {report.committed} committed, {report.aborted} aborted, {report.swept} swept"
+    )
+    if report.error:
+        lines.append(f"recovery failed: {report.error}")
+    if report.after is not None:
+        left = report.after.items
+        lines.append(
+            "afterwards: nothing in doubt"
+            if not left
+            else f"afterwards: {len(left)} item(s) still in doubt:"
+        )
+        if left:
+            lines.extend("  " + row for row in _table(left))
+    return "\n".join(lines)

@@ -1,0 +1,344 @@
+"""What a sink's crashed runs left, and what recovery would do about it; then doing it.
+
+:func:`sink_status` reads the commit log, the writer's liveness records and the sink's own
+read-only :meth:`~twopc.Sink.inspect`, and decides for every item what recovery would do
+with exactly the coordinator's rules: commit what a decision names, abort prepared work no
+decision names, sweep what never prepared. :func:`recover_sink` runs
+:meth:`~twopc.Coordinator.recover` after checking that no writer is running. The
+``twopc status`` and ``twopc recover`` commands are thin layers over these two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from twopc._commit_log import CommitLog, Decision
+from twopc._coordinator import Coordinator
+from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
+from twopc.protocol import Inspection, PendingWork, Sink, TargetMarker
+
+__all__ = [
+    "ACTIONS",
+    "QueryStatus",
+    "RecoveryReport",
+    "SinkStatus",
+    "StatusItem",
+    "WriterStatus",
+    "recover_sink",
+    "sink_status",
+]
+
+ACTIONS = ("commit", "abort", "mark_done", "sweep")
+"""What recovery does with an item: commit it, abort it, only mark the batch done in the
+commit log (the tasks committed already), or remove leftovers that never prepared."""
+
+
+@dataclass(frozen=True)
+class StatusItem:
+    """One thing recovery would act on, and the action."""
+
+    kind: str
+    ident: str
+    action: str
+    query_id: str | None = None
+    batch_id: int | None = None
+    partition: int | None = None
+    attempt: int | None = None
+    age_seconds: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class QueryStatus:
+    """Last committed batch of one streaming query, per the commit log and per the target.
+
+    ``target_partitions`` maps partition -> newest batch with a marker; it is ``None`` when
+    the sink keeps no markers. ``differs`` says the two records disagree (e.g. tasks
+    committed a batch whose decision was never written, or the log lags the target).
+    """
+
+    query_id: str
+    log_last_committed: int | None
+    target_last_committed: int | None
+    target_partitions: dict[int, int] | None
+    pending_decisions: tuple[int, ...] = ()
+
+    @property
+    def differs(self) -> bool:
+        return (
+            self.target_partitions is not None
+            and self.log_last_committed != self.target_last_committed
+        )
+
+
+@dataclass(frozen=True)
+class WriterStatus:
+    """A liveness record and what it means."""
+
+    heartbeat: Heartbeat
+    running: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class SinkStatus:
+    """Everything ``twopc status`` shows for one sink id."""
+
+    sink_id: str
+    backend: str
+    sink: str
+    commit_log: str
+    queries: tuple[QueryStatus, ...]
+    items: tuple[StatusItem, ...]
+    writers: tuple[WriterStatus, ...]
+    notes: tuple[str, ...] = ()
+    checked_at: float = field(default_factory=time.time)
+
+    @property
+    def in_doubt(self) -> tuple[StatusItem, ...]:
+        """Items recovery would commit, abort, mark done or sweep."""
+        return self.items
+
+    @property
+    def running(self) -> tuple[WriterStatus, ...]:
+        return tuple(w for w in self.writers if w.running)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able view (what ``twopc status --json`` prints)."""
+        return {
+            "sink_id": self.sink_id,
+            "backend": self.backend,
+            "sink": self.sink,
+            "commit_log": self.commit_log,
+            "checked_at": self.checked_at,
+            "running": bool(self.running),
+            "writers": [
+                {**w.heartbeat.to_dict(), "running": w.running, "reason": w.reason}
+                for w in self.writers
+            ],
+            "queries": [
+                {
+                    "query_id": q.query_id,
+                    "log_last_committed": q.log_last_committed,
+                    "target_last_committed": q.target_last_committed,
+                    "target_partitions": None
+                    if q.target_partitions is None
+                    else {str(p): b for p, b in sorted(q.target_partitions.items())},
+                    "pending_decisions": list(q.pending_decisions),
+                    "differs": q.differs,
+                }
+                for q in self.queries
+            ],
+            "in_doubt": [asdict(i) for i in self.items],
+            "notes": list(self.notes),
+        }
+
+
+def sink_status(
+    sink: Sink[Any],
+    sink_id: str,
+    commit_log: CommitLog,
+    *,
+    stale_after: float = DEFAULT_STALE_AFTER,
+) -> SinkStatus:
+    """Read-only: what recovery of ``sink_id`` would do now, and whether a writer runs."""
+    pending = commit_log.pending()
+    inspection = sink.inspect(sink_id)
+    items = [_decision_item(sink, d) for d in pending]
+    decisions: dict[tuple[str, int], Decision | None] = {}
+    for work in inspection.pending:
+        items.append(_work_item(work, commit_log, decisions))
+    writers = tuple(
+        WriterStatus(hb, *_assess(hb, stale_after))
+        for hb in commit_log.heartbeats()
+        if hb.sink_id == sink_id
+    )
+    return SinkStatus(
+        sink_id=sink_id,
+        backend=sink.backend_name,
+        sink=sink.describe(),
+        commit_log=commit_log.url,
+        queries=_queries(commit_log, inspection, pending),
+        items=tuple(items),
+        writers=writers,
+        notes=inspection.notes,
+    )
+
+
+def _assess(heartbeat: Heartbeat, stale_after: float) -> tuple[bool, str]:
+    liveness = heartbeat.assess(stale_after)
+    return liveness.running, liveness.reason
+
+
+def _decision_item(sink: Sink[Any], decision: Decision) -> StatusItem:
+    in_task = sink.capabilities.commit_in_task
+    return StatusItem(
+        kind="decision",
+        ident=f"batch {decision.batch_id}",
+        action="mark_done" if in_task else "commit",
+        query_id=decision.query_id,
+        batch_id=decision.batch_id,
+        age_seconds=_age(decision.decided_at),
+        detail=(
+            f"decided with {len(decision.committables)} partition(s); "
+            + (
+                "the tasks committed before the decision, only the log lags"
+                if in_task
+                else "phase 2 did not finish"
+            )
+        ),
+    )
+
+
+def _work_item(
+    work: PendingWork,
+    commit_log: CommitLog,
+    decisions: dict[tuple[str, int], Decision | None],
+) -> StatusItem:
+    committable = work.committable
+    if committable is None:
+        # never prepared, or not attributable: the sweep removes or aborts it
+        action = "abort" if work.kind == "open_transaction" else "sweep"
+        detail = work.detail
+    else:
+        key = (committable.query_id, committable.batch_id)
+        if key not in decisions:
+            decisions[key] = commit_log.decision(*key)
+        decision = decisions[key]
+        if decision is not None and decision.contains(committable):
+            action, why = "commit", "named by the batch's decision"
+        elif decision is not None:
+            action, why = "abort", "an attempt the batch's decision does not name"
+        else:
+            action, why = "abort", "no decision for the batch"
+        detail = f"{why}; {work.detail}" if work.detail else why
+    return StatusItem(
+        kind=work.kind,
+        ident=work.ident,
+        action=action,
+        query_id=work.query_id,
+        batch_id=work.batch_id,
+        partition=work.partition,
+        attempt=work.attempt,
+        age_seconds=work.age_seconds,
+        detail=detail,
+    )
+
+
+def _queries(
+    commit_log: CommitLog, inspection: Inspection, pending: list[Decision]
+) -> tuple[QueryStatus, ...]:
+    by_query: dict[str, list[TargetMarker]] = {}
+    for marker in inspection.markers or ():
+        by_query.setdefault(marker.query_id, []).append(marker)
+    query_ids = sorted(set(commit_log.query_ids()) | set(by_query))
+    out = []
+    for query_id in query_ids:
+        done = commit_log.done_batches(query_id)
+        markers = by_query.get(query_id, [])
+        partitions: dict[int, int] | None = None
+        if inspection.markers is not None:
+            partitions = {}
+            for m in markers:
+                partitions[m.partition] = max(m.batch_id, partitions.get(m.partition, -1))
+        out.append(
+            QueryStatus(
+                query_id=query_id,
+                log_last_committed=done[-1] if done else None,
+                target_last_committed=max(partitions.values()) if partitions else None,
+                target_partitions=partitions,
+                pending_decisions=tuple(d.batch_id for d in pending if d.query_id == query_id),
+            )
+        )
+    return tuple(out)
+
+
+def _age(at: float) -> float | None:
+    return max(0.0, time.time() - at) if at else None
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What ``twopc recover`` planned, whether it acted, and what is left afterwards."""
+
+    plan: SinkStatus
+    performed: bool
+    refused: str | None = None
+    committed: int = 0
+    aborted: int = 0
+    swept: int = 0
+    after: SinkStatus | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing refused, nothing failed, nothing left in doubt (for a dry run: nothing
+        in doubt to begin with)."""
+        if self.refused or self.error:
+            return False
+        remaining = self.after.items if self.after is not None else self.plan.items
+        return not remaining
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "performed": self.performed,
+            "refused": self.refused,
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "swept": self.swept,
+            "error": self.error,
+            "plan": self.plan.to_dict(),
+            "after": None if self.after is None else self.after.to_dict(),
+        }
+
+
+def recover_sink(
+    sink: Sink[Any],
+    sink_id: str,
+    commit_log: CommitLog,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    stale_after: float = DEFAULT_STALE_AFTER,
+    settle_seconds: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RecoveryReport:
+    """Resolve what crashed runs of ``sink_id`` left, as the coordinator does at start.
+
+    Commits decided work, aborts undecided prepared work, sweeps leftovers. Refuses while a
+    liveness record says a writer runs (the query's own recovery could race with this one
+    and abort work it is about to commit), unless ``force``. ``dry_run`` only plans, and
+    is never refused.
+    After acting it inspects again; open Kafka transactions take a moment to show as
+    aborted, so it waits up to ``settle_seconds`` for those.
+    """
+    plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    if dry_run:  # changes nothing, so it needs no refusal; the plan shows the writers
+        return RecoveryReport(plan, performed=False)
+    if plan.running and not force:
+        reasons = "; ".join(f"query {w.heartbeat.query_id}: {w.reason}" for w in plan.running)
+        return RecoveryReport(plan, performed=False, refused=f"a writer is running ({reasons})")
+    coordinator = Coordinator(sink, sink_id, commit_log)
+    try:
+        stats = coordinator.recover()
+    except Exception as exc:
+        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+        return RecoveryReport(plan, performed=True, after=after, error=f"{exc}")
+    after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    deadline = time.monotonic() + settle_seconds
+    while after.items and all(i.kind == "open_transaction" for i in after.items):
+        if time.monotonic() >= deadline:
+            break
+        sleep(0.5)
+        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    return RecoveryReport(
+        plan,
+        performed=True,
+        committed=stats.committed,
+        aborted=stats.aborted,
+        swept=stats.swept,
+        after=after,
+    )

@@ -1,0 +1,99 @@
+"""The writer's liveness record: how it is judged, where it lives, who writes and removes it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import twopc
+from twopc import CommitLog, Decision, Heartbeat
+from twopc.faults import FaultPlan
+from twopc.local import LocalStream, foreach_batch
+
+pytestmark = pytest.mark.unit
+
+HOST = "host-a"
+
+
+def heartbeat(host: str = HOST, pid: int = 1234, age: float = 0.0, query: str = "q1") -> Heartbeat:
+    now = time.time()
+    return Heartbeat("orders", query, host, pid, now - 100, now - age, 3, "idle")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_same_host_live_process_runs_however_old_the_record() -> None:
+    liveness = heartbeat(pid=os.getpid(), age=10_000).assess(60, host=HOST)
+    assert liveness.running
+    assert "alive" in liveness.reason
+
+
+def test_same_host_dead_process_is_stopped_however_fresh_the_record() -> None:
+    liveness = heartbeat(pid=dead_pid(), age=0).assess(60, host=HOST)
+    assert not liveness.running
+    assert "exited" in liveness.reason
+
+
+def test_other_host_is_judged_by_the_age_of_the_record() -> None:
+    assert heartbeat(age=10).assess(60, host="host-b").running
+    stale = heartbeat(age=120).assess(60, host="host-b")
+    assert not stale.running
+    assert "presumed stopped" in stale.reason
+
+
+def test_heartbeat_round_trip_and_format_check() -> None:
+    record = heartbeat()
+    assert Heartbeat.from_bytes(record.to_bytes()) == record
+    with pytest.raises(ValueError, match="format"):
+        Heartbeat.from_bytes(b'{"format": 99}')
+
+
+def test_the_commit_log_never_reads_the_record_as_a_batch(tmp_path: Path) -> None:
+    log = CommitLog(str(tmp_path / "log"))
+    record = heartbeat(query="q1")
+    log.write_heartbeat(record)
+    assert log.query_ids() == ["q1"]
+    assert log.decided_batches("q1") == []
+    assert log.done_batches("q1") == []
+    assert log.pending() == []
+    log.record_decision(Decision("orders", "q1", 0, ()))
+    log.mark_done("q1", 0)
+    assert log.decided_batches("q1") == [0]
+    assert log.done_batches("q1") == [0]
+    assert log.heartbeats() == [record]
+    assert (tmp_path / "log" / "q1" / ".heartbeat.json").exists()
+    log.remove_heartbeat("q1")
+    assert log.heartbeats() == []
+
+
+def _stream(tmp_path: Path) -> LocalStream:
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    return LocalStream(str(tmp_path / "chk"), [[table], [table]])
+
+
+def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(tmp_path: Path) -> None:
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    log = CommitLog(sink.default_commit_log("orders") or "")
+    stream = _stream(tmp_path)
+    failing = foreach_batch(
+        sink, "orders", processes=False, faults=FaultPlan.parse("before_decision:raise@batch=1")
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stream.run(failing)
+    (record,) = log.heartbeats()
+    assert (record.query_id, record.batch_id, record.state) == (stream.query_id, 1, "failed")
+    assert (record.host, record.pid) == (socket.gethostname(), os.getpid())
+
+    stream.run(foreach_batch(sink, "orders", processes=False))
+    assert log.heartbeats() == []

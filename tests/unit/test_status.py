@@ -1,0 +1,72 @@
+"""twopc.sink_status / recover_sink decide per item as the coordinator does, on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import twopc
+from twopc import CommitLog, Decision, TaskContext
+
+pytestmark = pytest.mark.unit
+
+QUERY = "q-1"
+
+
+def _prepare(
+    sink: twopc.Sink[object], batch: int, partition: int, attempt: int
+) -> twopc.Committable:
+    txn = sink.begin_transaction(TaskContext("orders", QUERY, batch, partition, attempt))
+    sink.invoke(txn, pa.record_batch({"id": pa.array([batch * 10 + partition], pa.int64())}))
+    return sink.pre_commit(txn)
+
+
+def test_only_the_attempt_the_decision_names_would_commit(tmp_path: Path) -> None:
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    log = CommitLog(sink.default_commit_log("orders") or "")
+    _prepare(sink, 0, 0, attempt=0)  # a failed first attempt that prepared
+    winner = _prepare(sink, 0, 0, attempt=1)
+    _prepare(sink, 1, 0, attempt=0)  # a batch without a decision
+    log.record_decision(Decision("orders", QUERY, 0, (winner,)))
+
+    status = twopc.sink_status(sink, "orders", log)
+    plan = sorted((i.kind, i.batch_id, i.attempt, i.action) for i in status.items)
+    assert plan == [
+        ("decision", 0, None, "commit"),
+        ("prepared", 0, 0, "abort"),
+        ("prepared", 0, 1, "commit"),
+        ("prepared", 1, 0, "abort"),
+    ]
+    (query,) = status.queries
+    assert (query.log_last_committed, query.pending_decisions) == (None, (0,))
+    assert query.target_partitions is None and not query.differs
+
+    dry = twopc.recover_sink(sink, "orders", log, dry_run=True)
+    assert not dry.performed
+    again = twopc.sink_status(sink, "orders", log).items
+    assert [(i.kind, i.ident, i.action) for i in again] == [
+        (i.kind, i.ident, i.action) for i in status.items
+    ]
+
+    report = twopc.recover_sink(sink, "orders", log)
+    assert report.ok and report.performed
+    assert (report.committed, report.aborted) == (1, 2)
+    assert report.after is not None and report.after.items == ()
+    assert report.after.queries[0].log_last_committed == 0
+    committed = sorted(p.name for p in (tmp_path / "out").glob("*.parquet"))
+    assert len(committed) == 1 and "-b00000000-p00000-" in committed[0]
+
+
+def test_unprepared_leftovers_would_be_swept(tmp_path: Path) -> None:
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    log = CommitLog(sink.default_commit_log("orders") or "")
+    # a task that died before pre_commit: staged bytes, no _committable.json
+    attempt = tmp_path / "out" / "_twopc_staging" / "orders" / QUERY / f"{3:020d}" / "00001-0"
+    attempt.mkdir(parents=True)
+    (attempt / "part-x.parquet").write_bytes(b"partial")
+    (item,) = twopc.sink_status(sink, "orders", log).items
+    assert (item.kind, item.action, item.batch_id, item.partition) == ("unprepared", "sweep", 3, 1)
+    report = twopc.recover_sink(sink, "orders", log)
+    assert report.swept == 1 and report.ok

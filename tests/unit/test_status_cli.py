@@ -1,0 +1,154 @@
+"""``twopc status`` / ``twopc recover`` on the files backend (no services): sink options
+from flags, environment and files, secrets never printed, exit codes, and the refusal to
+act while a writer runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_ids, run_process, staged_attempts
+from twopc import CommitLog, Heartbeat
+from twopc.cli import main
+
+SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
+
+
+def _files_args(out: Path, *extra: str) -> list[str]:
+    return ["files", "--sink-id", SINK_ID, "--option", f"path={out}", *extra]
+
+
+@pytest.mark.unit
+def test_status_of_a_sink_that_never_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", *_files_args(tmp_path / "out"), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["in_doubt"] == [] and body["queries"] == [] and body["writers"] == []
+    assert body["commit_log"] == f"{tmp_path / 'out'}/_twopc/{SINK_ID}"
+
+
+@pytest.mark.unit
+def test_options_from_a_file_and_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = tmp_path / "sink.json"
+    options.write_text(json.dumps({"path": "/nowhere", "format": "csv"}))
+    monkeypatch.setenv("OUT_PATH", str(tmp_path / "out"))
+    args = ["status", "files", "--sink-id", SINK_ID, "--options-json", str(options)]
+    assert main([*args, "--option-env", "path=OUT_PATH", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["sink"] == f"files csv at {tmp_path / 'out'}"  # the environment wins
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--option-env", "path=TWOPC_NO_SUCH_VARIABLE"], "is not set"),
+        (["--option", "novalue"], "expects KEY=VALUE"),
+        (["--option-json", "target_file_size=12x"], "not valid JSON"),
+        (["--option", "no_such_option=1"], "does not accept these options"),
+    ],
+)
+def test_bad_options_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["status", *_files_args(tmp_path / "out"), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_sink_without_its_own_log_needs_commit_log_or_checkpoint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["status", "kafka", "--sink-id", "x", "--option", "bootstrap_servers=127.0.0.1:1"]
+    assert main([*args, "--option", "topic=t"]) == 2
+    assert "--commit-log" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_secrets_in_options_are_never_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "S3cret-Pw-42"
+    args = [
+        "status",
+        "postgres",
+        "--sink-id",
+        "orders",
+        "--option",
+        f"dsn=postgresql://user:{secret}@127.0.0.1:1/db",
+        "--option",
+        "table=t",
+        "--option",
+        "transaction_mode=two_phase",
+        "--commit-log",
+        str(tmp_path / "log"),
+    ]
+    assert main(args) == 1  # nothing listens on port 1: the target cannot be read
+    out = capsys.readouterr()
+    assert "cannot connect to user@127.0.0.1:1/db" in out.err
+    assert secret not in out.out + out.err
+
+
+def _crash_after_decision(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    result = run_process(
+        ["tests/e2e/local_query.py", "--checkpoint", str(tmp_path / "chk"), "--output", str(out)],
+        faults="after_decision:kill@batch=1",
+        timeout=120,
+    )
+    assert result.returncode != 0
+    return out
+
+
+def _pretend_running(out: Path, host: str, updated_ago: float) -> None:
+    log = CommitLog(f"{out}/_twopc/{SINK_ID}")
+    (crashed,) = log.heartbeats()
+    now = time.time()
+    log.write_heartbeat(
+        Heartbeat(SINK_ID, crashed.query_id, host, os.getpid(), now, now - updated_ago, 2, "idle")
+    )
+
+
+@pytest.mark.e2e
+def test_recover_refuses_while_a_writer_runs_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _crash_after_decision(tmp_path)
+    _pretend_running(out, socket.gethostname(), updated_ago=3600)  # this live process
+    staged = staged_attempts(out)
+    assert len(staged) == 2
+
+    assert main(["status", *_files_args(out)]) == 0
+    assert "RUNNING (process" in capsys.readouterr().out
+    assert main(["recover", *_files_args(out)]) == 2
+    assert "refused: a writer is running" in capsys.readouterr().out
+    assert staged_attempts(out) == staged  # nothing touched
+    assert main(["recover", *_files_args(out), "--dry-run"]) == 0
+    assert "recover would refuse" in capsys.readouterr().out
+
+    _pretend_running(out, "another-host", updated_ago=5)
+    assert main(["recover", *_files_args(out), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["refused"].startswith("a writer is running")
+    assert main(["recover", *_files_args(out), "--stale-after", "1"]) == 0  # 5 s is stale now
+    assert staged_attempts(out) == []
+    assert set(read_ids(out)) == {b * 1000 + i for b in range(2) for i in range(100)}
+
+
+@pytest.mark.e2e
+def test_force_recovers_despite_a_fresh_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _crash_after_decision(tmp_path)
+    _pretend_running(out, "another-host", updated_ago=0)
+    assert main(["recover", *_files_args(out), "--force"]) == 0
+    assert "afterwards: nothing in doubt" in capsys.readouterr().out
+    assert staged_attempts(out) == []
+    assert len(read_ids(out)) == 200
