@@ -109,9 +109,10 @@ class Runner:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
             result.kept = str(run_dir)
         result.seconds = time.monotonic() - started
+        if result.kept:
+            (run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
     # -- the query attempts ------------------------------------------------------------------
