@@ -22,6 +22,7 @@ from tests.helpers import read_ids
 from tests.integration.jdbc_support import gtrid_prefix, staging_prefix
 from tests.integration.kafka_support import TIMEOUT
 from tests.integration.services import parse_mysql_dsn
+from twopc._liveness import HEARTBEAT_NAME
 
 MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
 
@@ -79,12 +80,17 @@ class FilesTarget(Target):
         return read_ids(spec.address)
 
     def leftovers(self, spec: SinkSpec) -> list[str]:
-        """Any file in the staging area; any temporary (dot) file anywhere in the output."""
+        """Any file in the staging area; any temporary (dot) file anywhere in the output.
+
+        The writer's liveness record (``.heartbeat.json`` next to the commit log) is not a
+        leftover: a crashed driver leaves it on purpose (``twopc status`` reports it as
+        stale), and a restart that finds every batch committed has no reason to touch it.
+        """
         root = Path(spec.address)
         if not root.exists():
             return []
         staged = [p for p in (root / "_twopc_staging").rglob("*") if p.is_file()]
-        temporary = [p for p in root.rglob(".*") if p.is_file()]
+        temporary = [p for p in root.rglob(".*") if p.is_file() and p.name != HEARTBEAT_NAME]
         return [f"staged or temporary file {p.relative_to(root)}" for p in staged + temporary]
 
     def cleanup(self, spec: SinkSpec) -> None:
