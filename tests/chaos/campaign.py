@@ -1,7 +1,7 @@
 """The campaign's command line: draw N scenarios from consecutive seeds, run, summarize.
 
     scripts/chaos --runs 1000 [--seed S] [--backend kafka[:atomic]] [--target driver]
-                  [--spark-share 0.02] [--json results.json]
+                  [--spark-share 0.01] [--json results.json]
 
 Run ``i`` uses seed ``S + i``. Prints one line per run, the mix drawn, a summary table per
 backend/mode and kill target, mean seconds per scenario kind, and for every failed run the

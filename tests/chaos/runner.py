@@ -109,9 +109,10 @@ class Runner:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
             result.kept = str(run_dir)
         result.seconds = time.monotonic() - started
+        if result.kept:
+            (run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
     # -- the query attempts ------------------------------------------------------------------
@@ -126,10 +127,12 @@ class Runner:
             log = run_dir / f"attempt-{index}.log"
             faults = scenario.fault if first and scenario.timing == "point" else None
             attempt = self._start(scenario, spec, run_dir, log, {"TWOPC_FAULTS": faults})
-            injector = _Injector(self, scenario, attempt, log) if first else None
+            injector = _Injector(self, scenario, target, attempt, log) if first else None
             timeout = SPARK_TIMEOUT if scenario.engine == "spark" else LOCAL_TIMEOUT
-            code = attempt.wait(timeout, injector.tick if injector else lambda: None)
-            attempt.finish()
+            try:
+                code = attempt.wait(timeout, injector.tick if injector else lambda: None)
+            finally:
+                attempt.finish()  # nothing of an attempt outlives it, even on an error
             result.attempts = index + 1
             if code is None:
                 result.problems.append(f"attempt {index} timed out after {timeout:.0f}s")
@@ -139,9 +142,7 @@ class Runner:
                 fired = FAULT_LOG_LINE in log.read_text(errors="replace")
                 result.injected = injector.hit if injector and injector.delayed else fired
                 if scenario.target == "service" and scenario.timing == "point":
-                    self._bounce(scenario.service or "", scenario.downtime)
-            if injector is not None and injector.service_down:
-                self.services.restart(injector.service_down)
+                    self.bounce(target, scenario.downtime)
             if code == 0:
                 return True
             if scenario.service:
@@ -187,9 +188,17 @@ class Runner:
         ]
         return procs.spawn(args, log, environ)
 
-    def _bounce(self, service: str, downtime: float) -> None:
-        """Kill a service, leave it down for ``downtime`` seconds, start it again."""
+    def bounce(self, target: Target, downtime: float) -> None:
+        """Kill the target's service, leave it down for ``downtime`` seconds, restart it."""
+        service = target.service or ""
         self.services.kill(service)
+        if target.accepts_connections():
+            self.services.restart(service)
+            raise ForeignServiceError(
+                f"{service} still answers after scripts/services kill: it was not started by "
+                "this checkout, so the campaign cannot kill it (set TWOPC_KAFKA_PORT, "
+                "TWOPC_POSTGRES_PORT and TWOPC_MYSQL_PORT to free ports)"
+            )
         time.sleep(downtime)
         self.services.restart(service)
 
@@ -238,16 +247,25 @@ class Runner:
             result.problems.append(f"... and {len(left) - 5} more left behind")
 
 
+class ForeignServiceError(RuntimeError):
+    """The service to kill belongs to another checkout (``scripts/services`` cannot kill it)."""
+
+
 class _Injector:
     """The delayed kill of a run's first attempt, driven from the wait loop."""
 
     def __init__(
-        self, runner: Runner, scenario: Scenario, attempt: procs.Attempt, log: Path
+        self,
+        runner: Runner,
+        scenario: Scenario,
+        target: Target,
+        attempt: procs.Attempt,
+        log: Path,
     ) -> None:
-        self.runner, self.scenario, self.attempt, self.log = runner, scenario, attempt, log
+        self.runner, self.scenario, self.target = runner, scenario, target
+        self.attempt, self.log = attempt, log
         self.delayed = scenario.timing == "delay"
         self.hit = False
-        self.service_down: str | None = None
         self._origin: float | None = None if scenario.engine == "spark" else attempt.started
 
     def tick(self) -> None:
@@ -272,12 +290,8 @@ class _Injector:
             if pool:
                 self.hit = procs.sigkill(pool[self.scenario.victim % len(pool)])
         elif target == "service":
-            service = self.scenario.service or ""
-            self.runner.services.kill(service)
-            self.service_down, self.hit = service, True
-            time.sleep(self.scenario.downtime)
-            self.runner.services.restart(service)
-            self.service_down = None
+            self.hit = True
+            self.runner.bounce(self.target, self.scenario.downtime)
 
 
 def _write_spark_input(scenario: Scenario, directory: Path) -> None:

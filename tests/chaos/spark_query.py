@@ -74,6 +74,7 @@ def main() -> int:
         spark.stop()
         return 1
     emit("query-finished")
+    writer.close()  # a clean stop: the writer's liveness record goes (a crash leaves it)
     spark.stop()
     return 0
 

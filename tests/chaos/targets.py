@@ -9,17 +9,20 @@ drops the namespace. Nothing here looks at twopc's own bookkeeping.
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tests.chaos.sinks import SinkSpec
 from tests.helpers import read_ids
 from tests.integration.jdbc_support import gtrid_prefix, staging_prefix
 from tests.integration.kafka_support import TIMEOUT
 from tests.integration.services import parse_mysql_dsn
+from twopc._liveness import HEARTBEAT_NAME
 
 MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
 
@@ -46,6 +49,21 @@ class Target(ABC):
         """Whether the service answers a real request."""
         return True
 
+    def endpoint(self) -> tuple[str, int] | None:
+        """The service's ``(host, port)``; None without a service."""
+        return None
+
+    def accepts_connections(self) -> bool:
+        """Whether anything listens on the service's port (a cheap "is it down?")."""
+        where = self.endpoint()
+        if where is None:
+            return False
+        try:
+            socket.create_connection(where, timeout=2).close()
+        except OSError:
+            return False
+        return True
+
     @abstractmethod
     def cleanup(self, spec: SinkSpec) -> None: ...
 
@@ -62,12 +80,17 @@ class FilesTarget(Target):
         return read_ids(spec.address)
 
     def leftovers(self, spec: SinkSpec) -> list[str]:
-        """Any file in the staging area; any temporary (dot) file anywhere in the output."""
+        """Any file in the staging area; any temporary (dot) file anywhere in the output.
+
+        The writer's liveness record (``.heartbeat.json`` next to the commit log) is not a
+        leftover: a crashed driver leaves it on purpose (``twopc status`` reports it as
+        stale), and a restart that finds every batch committed has no reason to touch it.
+        """
         root = Path(spec.address)
         if not root.exists():
             return []
         staged = [p for p in (root / "_twopc_staging").rglob("*") if p.is_file()]
-        temporary = [p for p in root.rglob(".*") if p.is_file()]
+        temporary = [p for p in root.rglob(".*") if p.is_file() and p.name != HEARTBEAT_NAME]
         return [f"staged or temporary file {p.relative_to(root)}" for p in staged + temporary]
 
     def cleanup(self, spec: SinkSpec) -> None:
@@ -153,6 +176,10 @@ class SqlTarget(Target):
     def alive(self) -> bool:
         return self._query("SELECT 1") == [(1,)]
 
+    def endpoint(self) -> tuple[str, int] | None:
+        parts = urlsplit(self.dsn)
+        return parts.hostname or "127.0.0.1", parts.port or 0
+
     def cleanup(self, spec: SinkSpec) -> None:
         self._query(f"DROP TABLE IF EXISTS {self.ident(spec.table)}")
         if self._query(
@@ -225,6 +252,10 @@ class KafkaTarget(Target):
     def alive(self) -> bool:
         client = self._admin()
         return bool(client.list_topics(timeout=10).brokers)
+
+    def endpoint(self) -> tuple[str, int] | None:
+        host, _, port = self.bootstrap.split(",")[0].rpartition(":")
+        return host, int(port)
 
     def cleanup(self, spec: SinkSpec) -> None:
         client = self._admin()  # keep the handle alive until the futures resolve

@@ -27,6 +27,12 @@ def test_files_check_sees_a_staged_file(tmp_path: Path) -> None:
     staged.mkdir(parents=True)
     (staged / "part-0.parquet").write_bytes(b"x")
     assert len(target.leftovers(spec)) == 1
+    log = Path(spec.address, "_twopc", "chaos-check", "q")
+    log.mkdir(parents=True)
+    (log / ".heartbeat.json").write_text("{}")  # a crashed driver's liveness record: allowed
+    assert len(target.leftovers(spec)) == 1
+    (log / ".tmp-1234-00000000000000000000.done").write_bytes(b"")  # a crashed atomic write
+    assert len(target.leftovers(spec)) == 2
 
 
 def test_postgres_check_sees_a_prepared_transaction(postgres_dsn: str, tmp_path: Path) -> None:
