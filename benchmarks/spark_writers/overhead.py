@@ -1,0 +1,139 @@
+"""Coordination overhead: time per micro-batch of 1,000 rows, twopc against no-op functions.
+
+Four ``foreachBatch`` functions get the same cached 1,000-row frame, batch after batch
+(batch ids 0, 1, 2, ... of one query, one writer each, like a running query), in rotating
+order:
+
+* ``empty``: a function that does nothing (the issue's "no-op foreachBatch");
+* ``spark_noop_job``: one Spark job over the batch that writes nothing
+  (``df.write.format("noop")``), what any writer pays at least;
+* ``twopc_null``: twopc with a sink that writes nothing, so everything measured is twopc's
+  coordination (recovery check, phase 1 job, decision record, commit, log pruning);
+* ``twopc_files`` / ``spark_parquet``: a real small write, for scale.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from benchmarks.spark_writers.config import OVERHEAD_GOAL_MS, BenchConfig
+from benchmarks.spark_writers.data import generate
+from benchmarks.spark_writers.runner import call
+
+import twopc
+
+
+@dataclass
+class NullTransaction:
+    ctx: twopc.TaskContext
+    rows: int = 0
+
+
+class NullSink(twopc.Sink[NullTransaction]):
+    """Counts rows and writes nothing: isolates the coordinator's own cost."""
+
+    backend_name = "null"
+    capabilities = twopc.Capabilities(global_commit=True, recover=False)
+
+    def begin_transaction(self, ctx: twopc.TaskContext) -> NullTransaction:
+        return NullTransaction(ctx)
+
+    def invoke(self, txn: NullTransaction, batch: pa.RecordBatch) -> None:
+        txn.rows += batch.num_rows
+
+    def pre_commit(self, txn: NullTransaction) -> twopc.Committable:
+        return twopc.Committable.for_task(txn.ctx, {"rows": txn.rows})
+
+    def abort(self, txn: NullTransaction) -> None:
+        return None
+
+    def commit(self, committables: Sequence[twopc.Committable]) -> list[twopc.CommitOutcome]:
+        return [twopc.CommitOutcome.COMMITTED for _ in committables]
+
+    def abort_prepared(self, committables: Sequence[twopc.Committable]) -> None:
+        return None
+
+    def recover(self, sink_id: str) -> list[twopc.Committable]:
+        return []
+
+
+VARIANTS = ("empty", "spark_noop_job", "twopc_null", "spark_parquet", "twopc_files")
+
+
+def _writers(config: BenchConfig) -> dict[str, Any]:
+    root = config.work_dir / "overhead"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    parquet = str(root / "spark")
+
+    def empty(df: Any, batch_id: int) -> None:
+        return None
+
+    def spark_noop_job(df: Any, batch_id: int) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def spark_parquet(df: Any, batch_id: int) -> None:
+        df.write.mode("append").parquet(parquet)
+
+    files = twopc.create_sink("files", path=str(root / "twopc"), format="parquet")
+    return {
+        "empty": empty,
+        "spark_noop_job": spark_noop_job,
+        "twopc_null": twopc.foreach_batch(
+            NullSink(), sink_id="bench-null", commit_log=str(root / "null-log")
+        ),
+        "spark_parquet": spark_parquet,
+        "twopc_files": twopc.foreach_batch(files, sink_id="bench-files-small"),
+    }
+
+
+def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
+    """Median milliseconds per micro-batch of each variant, and twopc's overhead."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
+    df = generate(spark, config.overhead_rows, config.partitions)
+    writers = _writers(config)
+    query_id = str(uuid.uuid4())
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    warmup = 2
+    try:
+        for batch_id in range(warmup + config.overhead_batches):
+            shift = batch_id % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                seconds = call(spark, writers[variant], df, batch_id, query_id)
+                if batch_id >= warmup:
+                    times[variant].append(seconds * 1000)
+    finally:
+        df.unpersist()
+    null_metrics = [m for m in writers["twopc_null"].metrics if m.batch_id >= warmup]
+    medians = {v: round(statistics.median(ms), 1) for v, ms in times.items()}
+    overhead = medians["twopc_null"] - medians["empty"]
+    return {
+        "rows_per_batch": config.overhead_rows,
+        "partitions": config.partitions,
+        "batches": config.overhead_batches,
+        "median_ms": medians,
+        "min_ms": {v: round(min(ms), 1) for v, ms in times.items()},
+        "max_ms": {v: round(max(ms), 1) for v, ms in times.items()},
+        "twopc_null_phases_median_ms": _phases(null_metrics),
+        "overhead_ms": round(overhead, 1),
+        "overhead_beyond_one_spark_job_ms": round(
+            medians["twopc_null"] - medians["spark_noop_job"], 1
+        ),
+        "goal_ms": OVERHEAD_GOAL_MS,
+        "met": overhead <= OVERHEAD_GOAL_MS,
+    }
+
+
+def _phases(metrics: list[Any]) -> dict[str, float]:
+    if not metrics:
+        return {}
+    return {
+        phase: round(statistics.median(getattr(m, f"{phase}_seconds") for m in metrics) * 1000, 1)
+        for phase in ("recover", "write", "decide", "commit", "total")
+    }
