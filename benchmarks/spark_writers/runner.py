@@ -15,7 +15,7 @@ from benchmarks.spark_writers.config import BenchConfig, Workload
 from benchmarks.spark_writers.data import generate
 from benchmarks.spark_writers.targets import Target, Writer
 
-_log = logging.getLogger("twopc.bench")
+_log = logging.getLogger("bench")
 
 SIDES = ("twopc", "spark")
 QUERY_ID_PROPERTY = "sql.streaming.queryId"

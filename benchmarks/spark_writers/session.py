@@ -51,6 +51,7 @@ def _build(config: BenchConfig, packages: str, excludes: str, jars: str, ivy: st
         .config("spark.jars.ivy", os.environ.get("TWOPC_SPARK_IVY", ivy))
         .config("spark.driver.memory", config.driver_memory)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(config.partitions))
     )

@@ -52,7 +52,14 @@ class Target(ABC):
         """Make the target empty before a run (untimed)."""
 
     @abstractmethod
-    def twopc_writer(self, work: Path) -> Writer: ...
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        """A new twopc sink for this target."""
+
+    def twopc_writer(self, work: Path) -> Writer:
+        """twopc's foreachBatch function; ``work`` holds its commit log."""
+        return twopc.foreach_batch(
+            self.twopc_sink(), sink_id=f"bench-{self.name}", commit_log=str(work)
+        )
 
     @abstractmethod
     def spark_writer(self) -> Writer: ...
@@ -83,9 +90,12 @@ class FilesTarget(Target):
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True)
 
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        return twopc.create_sink("files", path=str(self._dir("twopc")), format="parquet")
+
     def twopc_writer(self, work: Path) -> Writer:
-        sink = twopc.create_sink("files", path=str(self._dir("twopc")), format="parquet")
-        return twopc.foreach_batch(sink, sink_id="bench-files")
+        # the files sink keeps its commit log next to the data (its manifests)
+        return twopc.foreach_batch(self.twopc_sink(), sink_id="bench-files")
 
     def spark_writer(self) -> Writer:
         path = str(self._dir("spark"))
@@ -168,17 +178,15 @@ class SqlTarget(Target):
         d = self.db
         return f"{self.dsn_scheme}://{d.user}:{d.password}@{d.host}:{d.port}/{d.database}"
 
-    def twopc_writer(self, work: Path) -> Writer:
-        keys = ["id"] if self.mode == "upsert" else []
-        sink = twopc.create_sink(
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        return twopc.create_sink(
             self.flavor,
             dsn=self.dsn(),
             table=self.table,
             mode=self.mode,
-            key_columns=keys,
+            key_columns=["id"] if self.mode == "upsert" else [],
             marker_table=MARKERS,
         )
-        return twopc.foreach_batch(sink, sink_id=f"bench-{self.name}", commit_log=str(work))
 
     def spark_writer(self) -> Writer:
         url, table, driver, batchsize = (
@@ -350,15 +358,17 @@ class KafkaTarget(Target):
             future.result(60)
         self.topic = ""
 
-    def twopc_writer(self, work: Path) -> Writer:
-        sink = twopc.create_sink(
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        return twopc.create_sink(
             "kafka",
             bootstrap_servers=self.bootstrap,
             topic=self.topic,
             mode=self.mode,
             transactional_id_prefix="bench",
         )
-        inner = twopc.foreach_batch(sink, sink_id=f"bench-{self.name}", commit_log=str(work))
+
+    def twopc_writer(self, work: Path) -> Writer:
+        inner = super().twopc_writer(work)
 
         def write(df: Any, batch_id: int) -> None:
             inner(kafka_shape(df), batch_id)
