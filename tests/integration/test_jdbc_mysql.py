@@ -180,9 +180,11 @@ class TestMariaDbSink(SqlSinkCases):
             rows = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64()), **data})
             txn = sink.begin_transaction(env.ctx(sid, batch_id=7, partition=2))
             try:
-                # LOAD DATA reports the warning in invoke
+                # LOAD DATA reports the warning when the task's buffered rows are loaded:
+                # in invoke every 100,000 rows, else (here) in pre_commit
+                sink.invoke(txn, rows)
                 with pytest.raises(twopc.PermanentSinkError) as caught:
-                    sink.invoke(txn, rows)
+                    sink.pre_commit(txn)
             finally:
                 sink.abort(txn)
             assert_names_task(caught.value, sid, 7, 2)
