@@ -7,13 +7,14 @@ from typing import Any
 COLUMNS = "id bigint, s10 string (10 chars), s40 string (40 chars), x double, ts timestamp"
 
 
-def generate(spark: Any, rows: int, partitions: int) -> Any:
-    """A cached DataFrame of ``rows`` rows in ``partitions`` partitions, materialized.
+def generate(spark: Any, rows: int, partitions: int, first_id: int = 0) -> Any:
+    """A cached DataFrame of ``rows`` rows (ids from ``first_id``) in ``partitions``
+    partitions, materialized.
 
     Deterministic (no ``rand()``): the same rows on every run, and ``id`` is unique, so an
     upsert of the whole frame into an empty table inserts every row.
     """
-    df = spark.range(0, rows, 1, partitions).selectExpr(
+    df = spark.range(first_id, first_id + rows, 1, partitions).selectExpr(
         "id",
         "substr(sha2(cast(id AS string), 256), 1, 10) AS s10",
         "substr(sha2(cast(id * 7 AS string), 256), 1, 40) AS s40",

@@ -7,6 +7,9 @@ order:
 * ``empty``: a function that does nothing (the issue's "no-op foreachBatch");
 * ``spark_noop_job``: one Spark job over the batch that writes nothing
   (``df.write.format("noop")``), what any writer pays at least;
+* ``python_job``: one ``mapInArrow`` job that only counts rows in the Python workers and
+  collects one row per partition: what any writer pays that runs Python on executors
+  (twopc's phase 1 is such a job);
 * ``twopc_null``: twopc with a sink that writes nothing, so everything measured is twopc's
   coordination (recovery check, phase 1 job, decision record, commit, log pruning);
 * ``twopc_files`` / ``spark_parquet``: a real small write, for scale.
@@ -17,7 +20,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +66,12 @@ class NullSink(twopc.Sink[NullTransaction]):
         return []
 
 
-VARIANTS = ("empty", "spark_noop_job", "twopc_null", "spark_parquet", "twopc_files")
+VARIANTS = ("empty", "spark_noop_job", "python_job", "twopc_null", "spark_parquet", "twopc_files")
+
+
+def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
 
 
 def _writers(config: BenchConfig) -> dict[str, Any]:
@@ -78,6 +86,9 @@ def _writers(config: BenchConfig) -> dict[str, Any]:
     def spark_noop_job(df: Any, batch_id: int) -> None:
         df.write.format("noop").mode("overwrite").save()
 
+    def python_job(df: Any, batch_id: int) -> None:
+        df.mapInArrow(_count_rows, "rows bigint").collect()
+
     def spark_parquet(df: Any, batch_id: int) -> None:
         df.write.mode("append").parquet(parquet)
 
@@ -85,6 +96,7 @@ def _writers(config: BenchConfig) -> dict[str, Any]:
     return {
         "empty": empty,
         "spark_noop_job": spark_noop_job,
+        "python_job": python_job,
         "twopc_null": twopc.foreach_batch(
             NullSink(), sink_id="bench-null", commit_log=str(root / "null-log")
         ),
@@ -124,6 +136,9 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
         "overhead_ms": round(overhead, 1),
         "overhead_beyond_one_spark_job_ms": round(
             medians["twopc_null"] - medians["spark_noop_job"], 1
+        ),
+        "overhead_beyond_one_python_job_ms": round(
+            medians["twopc_null"] - medians["python_job"], 1
         ),
         "goal_ms": OVERHEAD_GOAL_MS,
         "met": overhead <= OVERHEAD_GOAL_MS,

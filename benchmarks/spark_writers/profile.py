@@ -4,6 +4,7 @@
     py-spy record -o /tmp/pg.txt --format raw -- \\
         .venv/bin/python -m benchmarks.spark_writers.profile postgres_upsert
     python -m benchmarks.spark_writers.profile kafka_atomic --pyinstrument
+    python -m benchmarks.spark_writers.profile --summarize /tmp/pg.txt   # top frames
 
 The rows are those of the benchmark (id, s10, s40, x, ts; Kafka: key and JSON value),
 built with pyarrow and cut into Spark's default Arrow batch size (10,000 rows); begin,
@@ -19,6 +20,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,34 @@ def drive(sink: Any, data: pa.Table, work: Path) -> dict[str, float]:
     return times
 
 
+def summarize(raw: Path, top: int = 12) -> str:
+    """The frames with the most samples (self and inclusive) inside :func:`drive`, from a
+    ``py-spy record --format raw`` file."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text(encoding="utf-8").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not any(f.startswith("drive ") for f in frames):
+            continue  # set-up and read-back, not the sink
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    lines = [f"{total} samples in drive()", "self:"]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in own.most_common(top)]
+    lines.append("inclusive (twopc frames):")
+    lines += [
+        f"  {100 * n / total:5.1f}%  {f}" for f, n in inclusive.most_common() if "twopc" in f
+    ][:top]
+    return "\n".join(lines)
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
+        print(summarize(Path(sys.argv[2])))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("target", choices=TARGETS)
     parser.add_argument("--rows", type=int, default=500_000)

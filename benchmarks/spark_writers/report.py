@@ -197,7 +197,9 @@ def render(payload: dict[str, Any]) -> str:
             f"twopc's overhead (`twopc_null` - `empty`): **{overhead['overhead_ms']:.1f} ms**, "
             f"goal ≤ {overhead['goal_ms']:.0f} ms: {verdict}. Beyond the one Spark job every "
             f"writer runs (`twopc_null` - `spark_noop_job`): "
-            f"{overhead['overhead_beyond_one_spark_job_ms']:.1f} ms. Phases of `twopc_null` "
+            f"{overhead['overhead_beyond_one_spark_job_ms']:.1f} ms; beyond one Python "
+            f"(`mapInArrow`) job (`twopc_null` - `python_job`): "
+            f"{overhead['overhead_beyond_one_python_job_ms']:.1f} ms. Phases of `twopc_null` "
             "(medians, ms): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + ".",
             "",
         ]
