@@ -105,7 +105,7 @@ class BenchConfig:
 
     rows: int = 1_000_000
     partitions: int = 2
-    reps: int = 3
+    reps: int = 5
     targets: tuple[str, ...] = TARGETS
     scaling_partitions: tuple[int, ...] = (1, 2, 4)
     scaling_rows: tuple[int, ...] = (5_000_000,)
