@@ -136,6 +136,7 @@ def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, An
             )
             results += runner.run_workload(spark, workload, targets, config)
         measured = overhead.measure(spark, config) if config.overhead_batches > 0 else None
+        floor = overhead.measure_floor(spark, config) if config.overhead_batches > 0 else None
         servers = report.server_versions(endpoints, targets)
     finally:
         for target in targets.values():
@@ -156,6 +157,7 @@ def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, An
         },
         "results": results,
         "overhead": measured,
+        "floor": floor,
         "summary": report.summary(results),
     }
     return payload

@@ -145,6 +145,35 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
     }
 
 
+FLOOR_VARIANTS = ("spark_noop_job", "python_job", "twopc_null")
+
+
+def measure_floor(spark: Any, config: BenchConfig) -> dict[str, Any]:
+    """Seconds per batch of the main workload's size for the variants that write nothing:
+    how long moving the rows into the Python workers takes, which every twopc sink pays
+    and Spark's JVM writers do not."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
+    df = generate(spark, config.rows, config.partitions)
+    writers = {v: w for v, w in _writers(config).items() if v in FLOOR_VARIANTS}
+    query_id = str(uuid.uuid4())
+    times: dict[str, list[float]] = {v: [] for v in FLOOR_VARIANTS}
+    try:
+        for batch_id in range(1 + config.reps):  # batch 0 warms up
+            for variant in FLOOR_VARIANTS:
+                seconds = call(spark, writers[variant], df, batch_id, query_id)
+                if batch_id > 0:
+                    times[variant].append(seconds)
+    finally:
+        df.unpersist()
+    return {
+        "rows": config.rows,
+        "partitions": config.partitions,
+        "median_seconds": {v: round(statistics.median(t), 3) for v, t in times.items()},
+        "min_seconds": {v: round(min(t), 3) for v, t in times.items()},
+        "max_seconds": {v: round(max(t), 3) for v, t in times.items()},
+    }
+
+
 def _phases(metrics: list[Any]) -> dict[str, float]:
     if not metrics:
         return {}

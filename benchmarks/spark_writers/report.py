@@ -203,6 +203,18 @@ def render(payload: dict[str, Any]) -> str:
             "(medians, ms): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + ".",
             "",
         ]
+    floor = payload.get("floor")
+    if floor:
+        med, lo, hi = floor["median_seconds"], floor["min_seconds"], floor["max_seconds"]
+        lines += [
+            f"### The floor: {floor['rows']:,} rows into the Python workers "
+            f"({floor['partitions']} partitions)",
+            "",
+            "| foreachBatch function | median s | min-max s |",
+            "|---|---:|---:|",
+        ]
+        lines += [f"| `{v}` | {med[v]:.2f} | {lo[v]:.2f}-{hi[v]:.2f} |" for v in med]
+        lines.append("")
     lines.append(END)
     return "\n".join(lines)
 

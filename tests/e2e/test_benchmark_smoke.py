@@ -88,6 +88,11 @@ def test_benchmark_command_at_tiny_sizes(
         "recover", "write", "decide", "commit", "total"
     }  # fmt: skip
 
+    floor = payload["floor"]
+    assert floor["rows"] == ROWS
+    assert sorted(floor["median_seconds"]) == ["python_job", "spark_noop_job", "twopc_null"]
+    assert all(v > 0 for v in floor["median_seconds"].values())
+
     meta = payload["meta"]
     assert meta["machine"]["cores"] >= 1 and meta["machine"]["cpu"]
     assert {"postgres", "mysql", "kafka"} <= set(meta["servers"])
@@ -106,3 +111,4 @@ def test_benchmark_command_at_tiny_sizes(
     for target in TARGETS:
         assert main[target]["twopc"]["writer"] in page
     assert "Overhead per micro-batch" in page and "### Scaling" in page
+    assert "### The floor" in page
