@@ -450,7 +450,9 @@ class KafkaSink(Sink[KafkaTransaction]):
                         )
                 start = end
             except BufferError:
-                txn.producer.poll(0.5)  # local queue full: let deliveries drain, then resume
+                # local queue full: serve the delivery queue until some records are acked (only
+                # failures call back, so a long poll would wait out its whole timeout)
+                txn.producer.flush(0.02)
                 start = current
             except KafkaException as exc:
                 raise self._error(
