@@ -49,6 +49,8 @@ __all__ = ["MarkerKey", "SqlSink", "SqlTransaction", "TransactionId"]
 _log = logging.getLogger("twopc.jdbc")
 
 _PAYLOAD_VERSION = 1
+_KEYS = "keys"
+"""``SqlTransaction.extra`` entry: the key columns of an upsert task's batches."""
 SEQ_COLUMN = "twopc_seq"
 """Input order of a staged row, for last-wins de-duplication."""
 
@@ -248,6 +250,23 @@ class SqlSink(Sink[SqlTransaction]):
     def merge_staging(self, txn: SqlTransaction) -> None:
         """De-duplicate the staged rows, apply deletes and upsert into the target."""
 
+    def flush(self, txn: SqlTransaction) -> None:
+        """Load rows that :meth:`load` buffered; runs first in ``pre_commit``."""
+        return None
+
+    def keys_unique(self, txn: SqlTransaction) -> bool:
+        """Whether no key occurs twice among the rows of an upsert task without deletes;
+        the merge can then skip de-duplication. Needs the keys :meth:`invoke` kept."""
+        batches: list[pa.RecordBatch] = txn.extra.get(_KEYS, [])
+        if not batches:
+            return False
+        keys = pa.Table.from_batches(batches)
+        if keys.num_columns == 1:
+            distinct = pc.count_distinct(keys.column(0)).as_py()
+        else:
+            distinct = keys.group_by(keys.column_names).aggregate([]).num_rows
+        return bool(distinct == keys.num_rows)
+
     def staging_table(self, c: Committable | TaskContext) -> TableName | None:
         """The staging table a task uses when it outlives the transaction (MySQL: DDL is
         not allowed inside XA, so it is created before and dropped after). None when the
@@ -372,6 +391,10 @@ class SqlSink(Sink[SqlTransaction]):
             if self.options.needs_staging:
                 if txn.staging is None:
                     txn.staging = self.open_staging(txn, batch.schema)
+                if self.options.mode == "upsert" and not self.options.delete_column:
+                    txn.extra.setdefault(_KEYS, []).append(
+                        batch.select(list(self.options.key_columns))
+                    )
                 seq = pa.array(range(txn.rows, txn.rows + batch.num_rows), pa.int64())
                 self.load(txn, txn.staging, batch.append_column(SEQ_COLUMN, seq))
             else:
@@ -448,6 +471,7 @@ class SqlSink(Sink[SqlTransaction]):
         payload: dict[str, Any] = {"rows": txn.rows, "skipped": txn.skip}
         if not txn.skip:
             try:
+                self.flush(txn)
                 if txn.staging is not None:
                     self.merge_staging(txn)
                 self.insert_marker(txn.conn, txn.marker, ctx.attempt)

@@ -35,6 +35,7 @@ from twopc_jdbc._base import (
     _close_quietly,
 )
 from twopc_jdbc._options import TableName
+from twopc_jdbc._pgcopy import HEADER, TRAILER, Encoder, encoder_for
 
 __all__ = ["PostgresSink"]
 
@@ -362,12 +363,16 @@ class PostgresSink(SqlSink):
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,
             )
-        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        encoder = self._encoder(txn, table, batch.schema, types)
         try:
             with conn.cursor() as cursor, cursor.copy(statement) as copy:
-                copy.set_types([types[n] for n in names])
-                for row in zip(*columns, strict=True):
-                    copy.write_row(row)
+                if encoder is not None:
+                    copy.write(HEADER)
+                    for part in encoder(batch):
+                        copy.write(part)
+                    copy.write(TRAILER)
+                else:
+                    _write_rows(copy, batch, [types[n] for n in names])
         except (TypeError, ValueError, OverflowError) as exc:
             mapping = ", ".join(f"{f.name} {f.type} -> {types[f.name]}" for f in batch.schema)
             raise PermanentSinkError(
@@ -377,6 +382,19 @@ class PostgresSink(SqlSink):
                 batch_id=txn.ctx.batch_id,
                 partition=txn.ctx.partition,
             ) from exc
+
+    @staticmethod
+    def _encoder(
+        txn: SqlTransaction, table: TableName, schema: pa.Schema, types: dict[str, str]
+    ) -> Encoder | None:
+        """The column-wise COPY encoder for this schema, built once per table and task."""
+        key = f"encoder:{table}"
+        cached = txn.extra.get(key)
+        if cached is None or cached[0] != schema:
+            cached = (schema, encoder_for(schema, [types[n] for n in schema.names]))
+            txn.extra[key] = cached
+        encoder: Encoder | None = cached[1]
+        return encoder
 
     def merge_staging(self, txn: SqlTransaction) -> None:
         assert txn.staging is not None
@@ -424,6 +442,14 @@ class PostgresSink(SqlSink):
         txn.conn.execute(insert)
         txn.conn.execute(sql.SQL("DROP TABLE {}").format(self._ident(txn.staging)))
         txn.staging = None
+
+
+def _write_rows(copy: Any, batch: pa.RecordBatch, pg_types: list[str]) -> None:
+    """Row by row through psycopg: for column types the column-wise encoder leaves out."""
+    copy.set_types(pg_types)
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    for row in zip(*columns, strict=True):
+        copy.write_row(row)
 
 
 def _first_line(exc: BaseException) -> str:

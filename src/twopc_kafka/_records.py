@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from twopc_kafka._registry import REGISTRY_FORMATS, SerializerServiceError, registry_failure
 
-__all__ = ["VALUE_FORMATS", "Record", "RowSerializer", "records"]
+__all__ = ["VALUE_FORMATS", "Record", "RecordColumns", "RowSerializer", "record_columns", "records"]
 
 VALUE_FORMATS = ("json", "string", "bytes", *REGISTRY_FORMATS)
 _SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
@@ -70,6 +70,34 @@ RowSerializer = Callable[[dict[str, Any], str], bytes]
 Avro or Protobuf serializer."""
 
 
+@dataclass(frozen=True)
+class RecordColumns:
+    """A batch's records as columns (one Python list per field), for a lean produce loop.
+
+    ``keys``, ``topics``, ``partitions`` and ``headers`` are None when the batch has no
+    such column.
+    """
+
+    values: list[bytes | None]
+    keys: list[bytes | None] | None = None
+    topics: list[str | None] | None = None
+    partitions: list[int | None] | None = None
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def record(self, index: int) -> Record:
+        """Row ``index`` as a :class:`Record`."""
+        return Record(
+            topic=None if self.topics is None else self.topics[index],
+            value=self.values[index],
+            key=None if self.keys is None else self.keys[index],
+            partition=None if self.partitions is None else self.partitions[index],
+            headers=None if self.headers is None else self.headers[index],
+        )
+
+
 def records(
     batch: pa.RecordBatch,
     value_format: str = "json",
@@ -85,11 +113,27 @@ def records(
     when the serializer's schema registry fails; ``serializer_label`` names the serializer
     in messages.
     """
+    columns = record_columns(
+        batch, value_format, key_column, serializer, topic, serializer_label=serializer_label
+    )
+    for index in range(len(columns)):
+        yield columns.record(index)
+
+
+def record_columns(
+    batch: pa.RecordBatch,
+    value_format: str = "json",
+    key_column: str | None = None,
+    serializer: RowSerializer | None = None,
+    topic: str = "",
+    *,
+    serializer_label: str = "value_serializer",
+) -> RecordColumns:
+    """The batch's records as columns; raises like :func:`records`."""
     if is_spark_shape(batch.schema) and serializer is None:
-        yield from _spark_records(batch)
-        return
+        return _spark_columns(batch)
     names = batch.schema.names
-    keys = batch.column(key_column).to_pylist() if key_column else None
+    keys = _bytes_column(batch.column(key_column)) if key_column else None
     values: list[bytes | None]
     if serializer is not None:
         values = [
@@ -110,9 +154,19 @@ def records(
                 f"value_format={value_format!r} needs exactly one value column besides the "
                 f"key, found {data_columns}"
             )
-        values = [_to_bytes(v) for v in batch.column(data_columns[0]).to_pylist()]
-    for index, value in enumerate(values):
-        yield Record(None, value, None if keys is None else _to_bytes(keys[index]))
+        values = _bytes_column(batch.column(data_columns[0]))
+    return RecordColumns(values, keys)
+
+
+def _bytes_column(column: pa.Array) -> list[bytes | None]:
+    """Strings and binary straight from Arrow as bytes (no Python str per value)."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = column.cast(pa.large_binary())
+    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        return [_to_bytes(v) for v in column.to_pylist()]
+    values: list[bytes | None] = column.to_pylist()
+    return values
 
 
 def _serialize(
@@ -132,21 +186,18 @@ def _serialize(
         ) from exc
 
 
-def _spark_records(batch: pa.RecordBatch) -> Iterator[Record]:
-    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-    values = columns["value"]
-    keys = columns.get("key")
-    topics = columns.get("topic")
-    partitions = columns.get("partition")
-    headers = columns.get("headers")
-    for index, value in enumerate(values):
-        header_list = None
-        if headers is not None and headers[index]:
-            header_list = [(str(h["key"]), _to_bytes(h["value"])) for h in headers[index]]
-        yield Record(
-            topic=None if topics is None else topics[index],
-            value=_to_bytes(value),
-            key=None if keys is None else _to_bytes(keys[index]),
-            partition=None if partitions is None else partitions[index],
-            headers=header_list,
-        )
+def _spark_columns(batch: pa.RecordBatch) -> RecordColumns:
+    names = batch.schema.names
+    headers = None
+    if "headers" in names:
+        headers = [
+            [(str(h["key"]), _to_bytes(h["value"])) for h in row] if row else None
+            for row in batch.column("headers").to_pylist()
+        ]
+    return RecordColumns(
+        values=_bytes_column(batch.column("value")),
+        keys=_bytes_column(batch.column("key")) if "key" in names else None,
+        topics=batch.column("topic").to_pylist() if "topic" in names else None,
+        partitions=batch.column("partition").to_pylist() if "partition" in names else None,
+        headers=headers,
+    )

@@ -57,7 +57,7 @@ from twopc import (
     TaskContext,
     TransientSinkError,
 )
-from twopc_kafka._records import VALUE_FORMATS, Record, RowSerializer, records
+from twopc_kafka._records import VALUE_FORMATS, RecordColumns, RowSerializer, record_columns
 from twopc_kafka._registry import (
     REGISTRY_FORMATS,
     RegistryOptions,
@@ -116,6 +116,12 @@ class KafkaTransaction:
     errors: list[str] = field(default_factory=list)
     permanent: bool = False
     """Whether a delivery error is one that retrying cannot fix (record too large...)."""
+
+    def delivered(self, err: Any, _msg: Any) -> None:
+        """librdkafka's delivery report; only failed deliveries report (see ``_producer``)."""
+        if err is not None and len(self.errors) < 5:
+            self.errors.append(f"{err.name()}: {err.str()}")
+            self.permanent = self.permanent or err.code() in _PERMANENT_CODES
 
 
 class KafkaSink(Sink[KafkaTransaction]):
@@ -318,6 +324,9 @@ class KafkaSink(Sink[KafkaTransaction]):
 
     def _producer(self, transactional_id: str, errors: _ClientErrors | None = None) -> Any:
         config = {
+            # A Python callback per delivered record costs more than producing it; failures
+            # still report, and flush() still waits for every record.
+            "delivery.report.only.error": True,
             **self._base_config(),
             **_ENFORCED,
             "transactional.id": transactional_id,
@@ -458,15 +467,14 @@ class KafkaSink(Sink[KafkaTransaction]):
         label = "value_serializer" if self.registry is None else self.registry.label
         try:
             topic = self.topic or ""
-            for record in records(
+            columns = record_columns(
                 batch,
                 self.value_format,
                 self.key_column,
                 serializer,
                 topic,
                 serializer_label=label,
-            ):
-                self._produce(txn, record)
+            )
         except ValueError as exc:
             raise PermanentSinkError(
                 str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
@@ -476,6 +484,8 @@ class KafkaSink(Sink[KafkaTransaction]):
             raise kind(
                 str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
             ) from exc
+        self._check_topics(txn, columns)
+        self._produce_all(txn, columns)
         txn.producer.poll(0)
 
     def _row_serializer(self) -> RowSerializer | None:
@@ -489,38 +499,62 @@ class KafkaSink(Sink[KafkaTransaction]):
                 self._serializer = factory()
         return self._serializer
 
-    def _produce(self, txn: KafkaTransaction, record: Record) -> None:
+    def _check_topics(self, txn: KafkaTransaction, columns: RecordColumns) -> None:
+        """Every row has a topic, and every topic named by a ``topic`` column exists."""
+        if columns.topics is None:
+            if self.topic is None:
+                self._no_topic(txn, 0)
+            return
+        named = set(columns.topics)
+        if None in named and self.topic is None:
+            self._no_topic(txn, columns.topics.index(None))
+        for topic in sorted(t for t in named if t is not None and t != self.topic):
+            self._check_topic(txn.ctx, topic)
+
+    def _no_topic(self, txn: KafkaTransaction, index: int) -> None:
         ctx = txn.ctx
-        topic = record.topic or self.topic
-        if topic is None:
-            raise PermanentSinkError(
-                f"row {txn.rows} has no topic (no topic column value and no default topic)",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
-            )
-        if topic != self.topic:
-            self._check_topic(ctx, topic)
-        kwargs: dict[str, Any] = {"value": record.value, "key": record.key}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if record.headers:
-            kwargs["headers"] = record.headers
+        raise PermanentSinkError(
+            f"row {txn.rows + index} has no topic (no topic column value and no default topic)",
+            sink_id=ctx.sink_id,
+            batch_id=ctx.batch_id,
+            partition=ctx.partition,
+        )
 
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None and len(txn.errors) < 5:
-                txn.errors.append(f"{err.name()}: {err.str()}")
-                txn.permanent = txn.permanent or err.code() in _PERMANENT_CODES
-
-        while True:
+    def _produce_all(self, txn: KafkaTransaction, columns: RecordColumns) -> None:
+        """Produce every record; the loops are lean because they run once per row."""
+        produce = txn.producer.produce
+        delivered = txn.delivered
+        values = columns.values
+        keys = columns.keys or [None] * len(values)
+        simple = columns.topics is None and columns.partitions is None and columns.headers is None
+        start, current, end = 0, 0, len(values)
+        while start < end:
             try:
-                txn.producer.produce(topic, on_delivery=delivered, **kwargs)
-                break
+                if simple:
+                    for current in range(start, end):
+                        produce(self.topic, values[current], keys[current], on_delivery=delivered)
+                else:
+                    for current in range(start, end):
+                        record = columns.record(current)
+                        produce(
+                            record.topic or self.topic,
+                            record.value,
+                            record.key,
+                            -1 if record.partition is None else record.partition,
+                            on_delivery=delivered,
+                            headers=record.headers,
+                        )
+                start = end
             except BufferError:
-                txn.producer.poll(0.5)  # local queue full: let deliveries drain
+                # local queue full: serve the delivery queue until some records are acked (only
+                # failures call back, so a long poll would wait out its whole timeout)
+                txn.producer.flush(0.02)
+                start = current
             except KafkaException as exc:
-                raise self._error(exc, ctx, f"producing row {txn.rows} to {topic} failed") from exc
-        txn.rows += 1
+                raise self._error(
+                    exc, txn.ctx, f"producing row {txn.rows + current} failed"
+                ) from exc
+        txn.rows += len(values)
 
     def pre_commit(self, txn: KafkaTransaction) -> Committable:
         ctx = txn.ctx

@@ -23,6 +23,7 @@ from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
 from twopc_jdbc.mysql import MySQLSink  # noqa: E402
 
 from .jdbc_support import (  # noqa: E402
+    MODES,
     Db,
     Env,
     SqlSinkCases,
@@ -32,6 +33,7 @@ from .jdbc_support import (  # noqa: E402
     table_of,
     wait_until,
     write,
+    write_and_commit,
 )
 from .services import MysqlParams  # noqa: E402
 
@@ -180,9 +182,11 @@ class TestMariaDbSink(SqlSinkCases):
             rows = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64()), **data})
             txn = sink.begin_transaction(env.ctx(sid, batch_id=7, partition=2))
             try:
-                # LOAD DATA reports the warning in invoke
+                # LOAD DATA reports the warning when the task's buffered rows are loaded:
+                # in invoke every 100,000 rows, else (here) in pre_commit
+                sink.invoke(txn, rows)
                 with pytest.raises(twopc.PermanentSinkError) as caught:
-                    sink.invoke(txn, rows)
+                    sink.pre_commit(txn)
             finally:
                 sink.abort(txn)
             assert_names_task(caught.value, sid, 7, 2)
@@ -190,6 +194,35 @@ class TestMariaDbSink(SqlSinkCases):
             assert db.count(table) == 0
             assert env.prepared(sid) == []
             assert db.markers(env.marker_table, sid) == []
+
+    @pytest.mark.parametrize("tm", MODES)
+    def test_upsert_of_unique_keys_over_several_loads(self, db: Db, env: Env, tm: str) -> None:
+        """Unique keys skip the ranking and rows are loaded 100,000 at a time: existing
+        rows are updated and new ones inserted, across more than one LOAD DATA."""
+        table = env.table()
+        db.create(table, self.KV)
+        db.execute(f"INSERT INTO {db.q(table)} VALUES (5, 'old', 0), (119999, 'old', 0)")
+        rows = 120_000
+        ids = list(range(rows - 1, -1, -1))  # not in key order
+        data = pa.RecordBatch.from_pydict(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "v": pa.array([f"v{i}" for i in ids]),
+                "n": pa.array(ids, pa.int64()),
+            }
+        )
+        sink = env.sink(table, mode="upsert", key_columns=["id"], transaction_mode=tm)
+        batches = [data.slice(start, 10_000) for start in range(0, rows, 10_000)]
+        outcomes = write_and_commit(sink, env.ctx(env.sink_id()), *batches)
+        assert outcomes == [twopc.CommitOutcome.COMMITTED]
+        assert db.query(f"SELECT count(*), sum(n) FROM {db.q(table)}") == [
+            (rows, rows * (rows - 1) // 2)
+        ]
+        changed = db.query(
+            f"SELECT id, v, n FROM {db.q(table)} WHERE id IN (5, 119999) ORDER BY id"
+        )
+        assert changed == [(5, "v5", 5), (119999, "v119999", 119999)]
+        assert env.leftovers(env.sink_id()) == ([], [])
 
     def test_staging_tables_do_not_linger(self, db: Db, env: Env) -> None:
         table = env.table()

@@ -1,0 +1,1 @@
+"""Benchmarks of twopc (not part of the installed package; run from the repository root)."""

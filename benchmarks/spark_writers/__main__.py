@@ -1,0 +1,194 @@
+"""``python -m benchmarks.spark_writers``: twopc against Spark's own writers, in one run.
+
+    python -m benchmarks.spark_writers                     # the full run (~10 min, 2 cores)
+    python -m benchmarks.spark_writers --rows 20000 --reps 1 --scaling-rows 40000 \\
+        --output /tmp/smoke.json --no-docs                 # a smoke run
+    python -m benchmarks.spark_writers render              # docs table from the JSON
+
+See docs/benchmarks.md for what is measured and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.spark_writers.config import DOCS, RESULTS, TARGETS, BenchConfig, Endpoints
+
+DEFAULT_OUTPUT = RESULTS / "spark_writers.json"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown target(s) {unknown}; known: {', '.join(TARGETS)}"
+        )
+    return names
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.spark_writers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", nargs="?", choices=("run", "render"), default="run")
+    d = BenchConfig()
+    parser.add_argument("--rows", type=int, default=d.rows, help="rows of the main workload")
+    parser.add_argument("--partitions", type=int, default=d.partitions)
+    parser.add_argument("--reps", type=int, default=d.reps, help="timed runs per writer")
+    parser.add_argument(
+        "--targets",
+        type=_names,
+        default=d.targets,
+        help=f"comma-separated, from {','.join(TARGETS)}",
+    )
+    parser.add_argument(
+        "--scaling-partitions",
+        type=_ints,
+        default=d.scaling_partitions,
+        help="partition counts for the scaling targets ('' for none)",
+    )
+    parser.add_argument(
+        "--scaling-rows",
+        type=_ints,
+        default=d.scaling_rows,
+        help="row counts for the scaling targets ('' for none)",
+    )
+    parser.add_argument("--scaling-targets", type=_names, default=d.scaling_targets)
+    parser.add_argument(
+        "--overhead-batches",
+        type=int,
+        default=d.overhead_batches,
+        help="micro-batches per overhead variant (0: skip)",
+    )
+    parser.add_argument("--jdbc-batchsize", type=int, default=d.jdbc_batchsize)
+    parser.add_argument("--master", default=d.master)
+    parser.add_argument("--driver-memory", default=d.driver_memory)
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=d.work_dir,
+        help="scratch space for file output and commit logs",
+    )
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results JSON")
+    parser.add_argument("--docs", type=Path, default=DOCS, help="page whose tables are rewritten")
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite the docs tables")
+    parser.add_argument(
+        "--no-start-services",
+        action="store_true",
+        help="use running services (POSTGRES_DSN etc. or scripts/services env)",
+    )
+    return parser.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(
+        rows=args.rows,
+        partitions=args.partitions,
+        reps=args.reps,
+        targets=args.targets,
+        scaling_partitions=args.scaling_partitions,
+        scaling_rows=args.scaling_rows,
+        scaling_targets=args.scaling_targets,
+        overhead_batches=args.overhead_batches,
+        jdbc_batchsize=args.jdbc_batchsize,
+        master=args.master,
+        driver_memory=args.driver_memory,
+        work_dir=args.work_dir,
+    )
+
+
+def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, Any]:
+    from benchmarks.spark_writers import overhead, report, runner
+    from benchmarks.spark_writers.session import start_session
+    from benchmarks.spark_writers.targets import build_targets
+
+    started = time.monotonic()
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    workloads = config.workloads()
+    names = tuple(dict.fromkeys(t for w in workloads for t in w.targets))
+    targets = build_targets(names, endpoints, config)
+    spark, packages = start_session(config)
+    results: list[dict[str, Any]] = []
+    try:
+        for target in targets.values():
+            target.prepare()
+        for workload in workloads:
+            logging.info(
+                "workload %s: %d rows, %d partitions",
+                workload.label,
+                workload.rows,
+                workload.partitions,
+            )
+            results += runner.run_workload(spark, workload, targets, config)
+        measured = overhead.measure(spark, config) if config.overhead_batches > 0 else None
+        floor = overhead.measure_floor(spark, config) if config.overhead_batches > 0 else None
+        servers = report.server_versions(endpoints, targets)
+    finally:
+        for target in targets.values():
+            target.cleanup()
+        spark.stop()
+    payload = {
+        "meta": {
+            "date": report.now(),
+            "command": command,
+            "duration_minutes": round((time.monotonic() - started) / 60, 1),
+            "load_before": load_before,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "machine": report.machine(),
+            "servers": servers,
+            "spark": packages,
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
+            "data": "id bigint, s10 string, s40 string, x double, ts timestamp",
+        },
+        "results": results,
+        "overhead": measured,
+        "floor": floor,
+        "summary": report.summary(results),
+    }
+    return payload
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S"
+    )
+    logging.getLogger("twopc").setLevel(logging.WARNING)  # one line per batch otherwise
+    from benchmarks.spark_writers import report
+
+    if args.command == "render":
+        payload = json.loads(args.output.read_text(encoding="utf-8"))
+        report.write_docs(payload, args.docs)
+        print(f"wrote the tables of {args.docs} from {args.output}")
+        return 0
+    config = config_from(args)
+    endpoints = Endpoints.from_services(start=not args.no_start_services)
+    command = "python -m benchmarks.spark_writers " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    payload = run(config, endpoints, command.strip())
+    report.write_json(args.output, payload)
+    print(report.render(payload))
+    if not args.no_docs:
+        report.write_docs(payload, args.docs)
+    print(f"results: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

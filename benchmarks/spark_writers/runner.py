@@ -1,0 +1,162 @@
+"""Timed, alternating runs of twopc and Spark's writer on each target, checked on the target."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.spark_writers.config import BenchConfig, Workload
+from benchmarks.spark_writers.data import generate
+from benchmarks.spark_writers.targets import Target, Writer
+
+_log = logging.getLogger("bench")
+
+SIDES = ("twopc", "spark")
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property Spark's streaming engine sets around a foreachBatch call; twopc ties
+its markers to it. The benchmark calls the functions itself, so it sets a fresh one."""
+
+
+class WrongOutputError(RuntimeError):
+    """A run left a different number of rows on the target than it was given."""
+
+
+@dataclass
+class Series:
+    """The timings of one writer on one target and workload."""
+
+    seconds: list[float] = field(default_factory=list)
+
+    def summary(self, rows: int) -> dict[str, Any]:
+        median = statistics.median(self.seconds)
+        return {
+            "seconds": [round(s, 4) for s in self.seconds],
+            "median_seconds": round(median, 4),
+            "min_seconds": round(min(self.seconds), 4),
+            "max_seconds": round(max(self.seconds), 4),
+            "median_rows_per_s": round(rows / median),
+            "min_rows_per_s": round(rows / max(self.seconds)),
+            "max_rows_per_s": round(rows / min(self.seconds)),
+        }
+
+
+def call(spark: Any, writer: Writer, df: Any, batch_id: int, query_id: str | None) -> float:
+    """Seconds from calling ``writer(df, batch_id)`` to its return, as foreachBatch would."""
+    context = spark.sparkContext
+    context.setLocalProperty(QUERY_ID_PROPERTY, query_id)
+    try:
+        started = time.perf_counter()
+        writer(df, batch_id)
+        return time.perf_counter() - started
+    finally:
+        context.setLocalProperty(QUERY_ID_PROPERTY, None)
+
+
+def _writer(target: Target, side: str, work: Path) -> Writer:
+    return target.twopc_writer(work) if side == "twopc" else target.spark_writer()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A cached DataFrame and what a target must show after it was written."""
+
+    df: Any
+    rows: int
+    first_id: int = 0
+
+    @property
+    def id_sum(self) -> int:
+        return self.rows * (2 * self.first_id + self.rows - 1) // 2
+
+
+def run_once(
+    spark: Any, target: Target, side: str, *, warm: Frame, data: Frame, work: Path
+) -> tuple[float, float]:
+    """Reset the target, then as one query: batch 0 with ``warm`` (the query's start:
+    connections, recovery, class loading), batch 1 with ``data`` (a running query's
+    batch). Returns both durations; checks the target shows every row of both."""
+    target.reset()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    query_id = str(uuid.uuid4()) if side == "twopc" else None
+    writer = _writer(target, side, work)
+    first = call(spark, writer, warm.df, 0, query_id)
+    seconds = call(spark, writer, data.df, 1, query_id)
+    shown = target.read_back(side)
+    rows, id_sum = warm.rows + data.rows, warm.id_sum + data.id_sum
+    if shown.rows != rows or (shown.id_sum is not None and shown.id_sum != id_sum):
+        raise WrongOutputError(
+            f"{target.name}/{side}: the target shows {shown.rows} rows (id sum {shown.id_sum}), "
+            f"expected {rows} (id sum {id_sum})"
+        )
+    return first, seconds
+
+
+def run_workload(
+    spark: Any, workload: Workload, targets: dict[str, Target], config: BenchConfig
+) -> list[dict[str, Any]]:
+    """Every target of ``workload``: ``reps`` alternating pairs of runs (twopc first in
+    even repetitions, Spark first in odd ones)."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(workload.partitions))
+    data = Frame(generate(spark, workload.rows, workload.partitions), workload.rows)
+    warm_rows = min(1_000, workload.rows)
+    # ids after the data's: upserts insert, and Spark's appends into a keyed table work
+    warm = Frame(
+        generate(spark, warm_rows, workload.partitions, first_id=workload.rows),
+        warm_rows,
+        first_id=workload.rows,
+    )
+    results = []
+    try:
+        for name in workload.targets:
+            target = targets[name]
+            work = config.work_dir / "log" / name
+            series = {side: Series() for side in SIDES}
+            first = {side: Series() for side in SIDES}
+            for rep in range(config.reps):
+                order = SIDES if rep % 2 == 0 else SIDES[::-1]
+                for side in order:
+                    start, seconds = run_once(spark, target, side, warm=warm, data=data, work=work)
+                    first[side].seconds.append(start)
+                    series[side].seconds.append(seconds)
+                    _log.info(
+                        "%s %s rows=%d partitions=%d rep=%d: %.2f s (first batch %.2f s)",
+                        name,
+                        side,
+                        workload.rows,
+                        workload.partitions,
+                        rep,
+                        seconds,
+                        start,
+                    )
+            target.reset()
+            results.append(_result(target, workload, series, first))
+    finally:
+        data.df.unpersist()
+        warm.df.unpersist()
+    return results
+
+
+def _result(
+    target: Target, workload: Workload, series: dict[str, Series], first: dict[str, Series]
+) -> dict[str, Any]:
+    twopc_s = series["twopc"].summary(workload.rows)
+    spark_s = series["spark"].summary(workload.rows)
+    twopc_s["first_batch_median_seconds"] = round(statistics.median(first["twopc"].seconds), 3)
+    spark_s["first_batch_median_seconds"] = round(statistics.median(first["spark"].seconds), 3)
+    return {
+        "target": target.name,
+        "workload": workload.label,
+        "rows": workload.rows,
+        "partitions": workload.partitions,
+        "twopc": {"writer": target.twopc_label, **twopc_s},
+        "spark": {"writer": target.spark_label, **spark_s},
+        # throughput twopc / Spark = Spark's time / twopc's time (medians)
+        "ratio": round(spark_s["median_seconds"] / twopc_s["median_seconds"], 3),
+    }

@@ -1,0 +1,64 @@
+"""The SparkSession of a benchmark run, with Spark's Kafka sink and the official JDBC drivers.
+
+Packages come from Maven Central through ``spark.jars.packages`` into the ivy cache in the
+user's home (``~/.cache/twopc/ivy``), never into the repository. The Kafka connector is
+chosen exactly as the tests choose it (``tests/integration/spark_kafka_job.py``): Spark
+4.3.0's ``spark-sql-kafka-0-10`` is not on Maven Central, so 4.2.0 with the 4.0.0 token
+provider is used when the matching version cannot be resolved.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from benchmarks.spark_writers.config import REPO, BenchConfig
+
+POSTGRES_DRIVER = "org.postgresql:postgresql:42.7.8"
+MARIADB_DRIVER = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
+
+
+def start_session(config: BenchConfig) -> tuple[Any, dict[str, str]]:
+    """A SparkSession and the package set that started; tries the Kafka candidates in turn."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python workers unpickle the benchmark's own sink (overhead.NullSink) by module path
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
+    from tests.integration.spark_kafka_job import CACHE, candidates, maven_jar
+
+    errors = []
+    for kafka_packages, excludes, extra in candidates():
+        packages = ",".join([kafka_packages, POSTGRES_DRIVER, MARIADB_DRIVER])
+        jars = ",".join(maven_jar(c) for c in extra.split(",") if c)
+        try:
+            spark = _build(config, packages, excludes, jars, str(CACHE / "ivy"))
+        except Exception as exc:  # the JVM exits when ivy cannot resolve a package
+            errors.append(f"{kafka_packages}: {type(exc).__name__}: {exc}")
+            continue
+        return spark, {"packages": packages, "excludes": excludes, "jars": extra}
+    raise RuntimeError("no Spark Kafka connector could be resolved:\n" + "\n".join(errors))
+
+
+def _build(config: BenchConfig, packages: str, excludes: str, jars: str, ivy: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(config.master)
+        .appName("twopc-benchmark")
+        .config("spark.jars.packages", packages)
+        .config("spark.jars.ivy", os.environ.get("TWOPC_SPARK_IVY", ivy))
+        .config("spark.driver.memory", config.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(config.partitions))
+    )
+    if excludes:
+        builder = builder.config("spark.jars.excludes", excludes)
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

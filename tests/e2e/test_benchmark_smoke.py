@@ -1,0 +1,114 @@
+"""The benchmark command (``python -m benchmarks.spark_writers``) at tiny sizes, so it cannot rot.
+
+It runs as its own process against the real services, exactly as documented in
+docs/benchmarks.md, and the test reads the JSON it writes: every target measured, sane
+numbers, the scaling and overhead sections, and the docs table rendered from it. The
+benchmark itself checks the row count on every target after every run and fails otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmarks.spark_writers.config import GOALS, TARGETS
+from benchmarks.spark_writers.overhead import VARIANTS
+from benchmarks.spark_writers.report import BEGIN, END
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 3_000
+
+
+def _sane(side: dict[str, Any]) -> None:
+    seconds = side["seconds"]
+    assert len(seconds) == 1
+    assert all(0 < s < 300 for s in seconds), side
+    assert side["min_seconds"] <= side["median_seconds"] <= side["max_seconds"]
+    assert side["median_rows_per_s"] > 0
+    assert side["first_batch_median_seconds"] > 0
+
+
+def test_benchmark_command_at_tiny_sizes(
+    kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "bench.json"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "POSTGRES_DSN": postgres_dsn,
+        "MYSQL_DSN": mysql_dsn,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    command = [
+        sys.executable, "-m", "benchmarks.spark_writers",
+        "--rows", str(ROWS), "--reps", "1",
+        "--scaling-partitions", "1", "--scaling-rows", "4000",
+        "--overhead-batches", "2",
+        "--master", "local[2]", "--driver-memory", "1g",
+        "--work-dir", str(tmp_path / "work"),
+        "--output", str(output), "--no-docs", "--no-start-services",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    payload = json.loads(output.read_text())
+
+    main = {r["target"]: r for r in payload["results"] if r["workload"] == "main"}
+    assert sorted(main) == sorted(TARGETS)
+    for result in payload["results"]:
+        _sane(result["twopc"])
+        _sane(result["spark"])
+        assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    scaling = {
+        (r["target"], r["rows"], r["partitions"])
+        for r in payload["results"]
+        if r["workload"] != "main"
+    }
+    for target in ("files", "postgres_append"):
+        assert (target, ROWS, 1) in scaling
+        assert (target, 4000, 2) in scaling
+    assert [s["target"] for s in payload["summary"]] == list(TARGETS)
+    assert all(s["goal"] == GOALS[s["target"]] for s in payload["summary"])
+
+    overhead = payload["overhead"]
+    assert list(overhead["median_ms"]) == list(VARIANTS)
+    assert overhead["median_ms"]["twopc_null"] > 0
+    assert overhead["batches"] == 2
+    assert set(overhead["twopc_null_phases_median_ms"]) == {
+        "recover", "write", "decide", "commit", "total"
+    }  # fmt: skip
+
+    floor = payload["floor"]
+    assert floor["rows"] == ROWS
+    assert sorted(floor["median_seconds"]) == ["python_job", "spark_noop_job", "twopc_null"]
+    assert all(v > 0 for v in floor["median_seconds"].values())
+
+    meta = payload["meta"]
+    assert meta["machine"]["cores"] >= 1 and meta["machine"]["cpu"]
+    assert {"postgres", "mysql", "kafka"} <= set(meta["servers"])
+
+    # the docs table is rendered from the JSON
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(f"# Benchmarks\n\nhand-written\n\n{BEGIN}\nold\n{END}\n\ntail\n")
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.spark_writers", "render",
+         "--output", str(output), "--docs", str(docs)],
+        cwd=REPO, check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    page = docs.read_text()
+    assert page.startswith("# Benchmarks\n\nhand-written\n") and page.endswith("\ntail\n")
+    assert "old" not in page
+    for target in TARGETS:
+        assert main[target]["twopc"]["writer"] in page
+    assert "Overhead per micro-batch" in page and "### Scaling" in page
+    assert "### The floor" in page
