@@ -57,6 +57,7 @@ from twopc import (
     TaskContext,
     TransientSinkError,
 )
+from twopc_kafka._coordinator_wait import retry_while_coordinator_busy
 from twopc_kafka._records import VALUE_FORMATS, RecordColumns, RowSerializer, record_columns
 from twopc_kafka._registry import (
     REGISTRY_FORMATS,
@@ -414,6 +415,23 @@ class KafkaSink(Sink[KafkaTransaction]):
         return txn
 
     def _committed_batch(self, ctx: TaskContext) -> int | None:
+        """The last batch this partition committed, from its marker group's offset.
+
+        A group coordinator that is still loading or moving (a fresh or restarted broker)
+        answers with a retriable error; that is waited out within the operation timeout,
+        never read as "no marker", which would write a committed batch again.
+        """
+        try:
+            position = retry_while_coordinator_busy(
+                lambda: self._read_marker(ctx), self.timeout, f"sink {ctx.sink_id!r} marker"
+            )
+        except KafkaException as exc:
+            raise self._error(exc, ctx, "reading the commit marker failed") from exc
+        if position.offset < 1:
+            return None
+        return int(position.offset) - 1
+
+    def _read_marker(self, ctx: TaskContext) -> TopicPartition:
         consumer = Consumer(
             {
                 **self._admin_only_config(),
@@ -424,13 +442,11 @@ class KafkaSink(Sink[KafkaTransaction]):
         )
         try:
             (position,) = consumer.committed([TopicPartition(self.marker_topic, 0)], self.timeout)
-        except KafkaException as exc:
-            raise self._error(exc, ctx, "reading the commit marker failed") from exc
         finally:
             consumer.close()
-        if position.error is not None or position.offset < 1:
-            return None
-        return int(position.offset) - 1
+        if position.error is not None:
+            raise KafkaException(position.error)
+        return position
 
     def _check_topic(self, ctx: TaskContext, topic: str) -> None:
         """Fail clearly on a missing topic instead of letting the broker auto-create it."""

@@ -1,0 +1,54 @@
+"""Waiting out a Kafka group coordinator that is not ready yet.
+
+Right after a broker starts (or a coordinator moves), offset requests fail with
+``COORDINATOR_LOAD_IN_PROGRESS``, ``COORDINATOR_NOT_AVAILABLE`` or ``NOT_COORDINATOR`` for
+a few seconds. These are retriable by definition; failing the task on them fails the whole
+micro-batch on Spark's ``local[*]``, which does not retry tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+__all__ = ["COORDINATOR_BUSY", "retry_while_coordinator_busy"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COORDINATOR_BUSY = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+
+
+def retry_while_coordinator_busy(
+    call: Callable[[], T],
+    timeout: float,
+    what: str,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Run ``call``; while it raises a coordinator-busy error, retry with backoff until
+    ``timeout`` seconds have passed, then raise the last error. Other errors raise at once."""
+    deadline = clock() + timeout
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or error.code() not in COORDINATOR_BUSY or clock() + delay > deadline:
+                raise
+            _log.info("%s: group coordinator not ready (%s); retrying", what, error.name())
+        sleep(delay)
+        delay = min(delay * 2, 2.0)
