@@ -10,19 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pymysql
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.jdbc_support")
+import twopc
+from twopc.local import LocalEngine
+from twopc_jdbc._base import SqlSink, SqlTransaction
+from twopc_jdbc.mysql import MySQLSink
 
-import pyarrow as pa  # noqa: E402
-import pymysql  # noqa: E402
-
-import twopc  # noqa: E402
-from twopc.local import LocalEngine  # noqa: E402
-from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
-from twopc_jdbc.mysql import MySQLSink  # noqa: E402
-
-from .jdbc_support import (  # noqa: E402
+from .jdbc_support import (
     MODES,
     Db,
     Env,
@@ -35,7 +32,7 @@ from .jdbc_support import (  # noqa: E402
     write,
     write_and_commit,
 )
-from .services import MysqlParams  # noqa: E402
+from .services import MysqlParams
 
 pytestmark = pytest.mark.integration
 

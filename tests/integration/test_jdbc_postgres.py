@@ -10,18 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
-pytest.register_assert_rewrite("tests.integration.jdbc_support")
+import twopc
+from twopc_jdbc._base import SqlSink, SqlTransaction
+from twopc_jdbc.postgres import PostgresSink
 
-import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
-
-import twopc  # noqa: E402
-from twopc_jdbc._base import SqlSink, SqlTransaction  # noqa: E402
-from twopc_jdbc.postgres import PostgresSink  # noqa: E402
-
-from .jdbc_support import (  # noqa: E402
+from .jdbc_support import (
     Db,
     Env,
     SqlSinkCases,
