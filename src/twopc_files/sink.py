@@ -372,32 +372,36 @@ class FilesSink(Sink[FilesTransaction]):
 
     def recover(self, sink_id: str) -> list[Committable]:
         pattern = self._abs(f"{STAGING_DIR}/{sink_id}/*/*/*/{COMMITTABLE_FILE}")
-        found = []
-        for path in sorted(self.fs.glob(pattern)):
-            try:
-                found.append(Committable.loads(self.fs.cat_file(path).decode()))
-            except (ValueError, KeyError) as exc:
-                _log.warning("ignoring unreadable committable %s: %s", path, exc)
-        return found
+        found = (self._read_committable(path) for path in sorted(self.fs.glob(pattern)))
+        return [c for c in found if c is not None]
+
+    def _read_committable(self, path: str) -> Committable | None:
+        """A prepared attempt's committable; ``None`` (logged) when it cannot be read."""
+        try:
+            return Committable.loads(self.fs.cat_file(path).decode())
+        except (ValueError, KeyError) as exc:
+            _log.warning("ignoring unreadable committable %s: %s", path, exc)
+            return None
+
+    def _attempt_dirs(self, sink_id: str) -> list[tuple[str, str]]:
+        """Every staged attempt directory of ``sink_id``: (full path, path under the root)."""
+        base = self._abs(f"{STAGING_DIR}/{sink_id}")
+        if not self.fs.exists(base):
+            return []
+        # _abs() joins with exactly one "/", also when the root is "/" itself.
+        prefix = len(self.root.rstrip("/")) + 1
+        return [(path, path[prefix:]) for path in sorted(self.fs.glob(f"{base}/*/*/*"))]
 
     def inspect(self, sink_id: str) -> Inspection:
         """Prepared attempts (a ``_committable.json`` in their staging directory) and
         attempts that never prepared, read without touching them."""
-        base = self._abs(f"{STAGING_DIR}/{sink_id}")
         pending: list[PendingWork] = []
-        if self.fs.exists(base):
-            for attempt in sorted(self.fs.glob(f"{base}/*/*/*")):
-                relative = attempt[len(self.root.rstrip("/")) + 1 :]
-                marker = f"{attempt}/{COMMITTABLE_FILE}"
-                if self.fs.exists(marker):
-                    try:
-                        committable = Committable.loads(self.fs.cat_file(marker).decode())
-                    except (ValueError, KeyError) as exc:
-                        _log.warning("ignoring unreadable committable %s: %s", marker, exc)
-                        continue
-                    pending.append(PendingWork.prepared(committable, relative, self._age(marker)))
-                else:
-                    pending.append(self._unprepared(relative, attempt))
+        for attempt, relative in self._attempt_dirs(sink_id):
+            marker = f"{attempt}/{COMMITTABLE_FILE}"
+            if not self.fs.exists(marker):
+                pending.append(self._unprepared(relative, attempt))
+            elif (committable := self._read_committable(marker)) is not None:
+                pending.append(PendingWork.prepared(committable, relative, self._age(marker)))
         return Inspection(
             pending=tuple(pending),
             markers=None,
@@ -435,9 +439,7 @@ class FilesSink(Sink[FilesTransaction]):
         if not self.fs.exists(base):
             return 0
         removed = 0
-        for attempt in sorted(self.fs.glob(f"{base}/*/*/*")):
-            # _abs() joins with exactly one "/", also when the root is "/" itself.
-            relative = attempt[len(self.root.rstrip("/")) + 1 :]
+        for attempt, relative in self._attempt_dirs(sink_id):
             if relative in kept or self.fs.exists(f"{attempt}/{COMMITTABLE_FILE}"):
                 continue
             self._remove(relative)
