@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,19 @@ class CommitLog:
         except FileNotFoundError:
             return None
         return Decision.from_bytes(raw)
+
+    def decisions_for(
+        self, committables: Iterable[Committable]
+    ) -> dict[tuple[str, int], Decision | None]:
+        """The decision of each (query id, batch id) the committables belong to, each read
+        once; ``None`` where no decision was recorded. Recovery and ``twopc status`` decide
+        with it whether prepared work commits (the decision names it) or aborts."""
+        found: dict[tuple[str, int], Decision | None] = {}
+        for committable in committables:
+            key = (committable.query_id, committable.batch_id)
+            if key not in found:
+                found[key] = self.decision(*key)
+        return found
 
     def is_done(self, query_id: str, batch_id: int) -> bool:
         return bool(self._fs.exists(self._path(query_id, batch_id, _DONE_SUFFIX)))

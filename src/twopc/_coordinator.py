@@ -334,14 +334,11 @@ class Coordinator:
 
     def _abort_undecided(self) -> int:
         leftovers = self.sink.recover(self.sink_id)
-        decisions: dict[tuple[str, int], Decision | None] = {}
+        decisions = self.commit_log.decisions_for(leftovers)
         to_commit: list[Committable] = []
         to_abort: list[Committable] = []
         for committable in leftovers:
-            key = (committable.query_id, committable.batch_id)
-            if key not in decisions:
-                decisions[key] = self.commit_log.decision(*key)
-            decision = decisions[key]
+            decision = decisions[(committable.query_id, committable.batch_id)]
             if decision is not None and decision.contains(committable):
                 to_commit.append(committable)
             else:

@@ -148,9 +148,10 @@ def sink_status(
     pending = commit_log.pending()
     inspection = sink.inspect(sink_id)
     items = [_decision_item(sink, d) for d in pending]
-    decisions: dict[tuple[str, int], Decision | None] = {}
-    for work in inspection.pending:
-        items.append(_work_item(work, commit_log, decisions))
+    decisions = commit_log.decisions_for(
+        w.committable for w in inspection.pending if w.committable is not None
+    )
+    items.extend(_work_item(work, decisions) for work in inspection.pending)
     writers = tuple(
         WriterStatus(hb, *_assess(hb, stale_after))
         for hb in commit_log.heartbeats()
@@ -193,21 +194,14 @@ def _decision_item(sink: Sink[Any], decision: Decision) -> StatusItem:
     )
 
 
-def _work_item(
-    work: PendingWork,
-    commit_log: CommitLog,
-    decisions: dict[tuple[str, int], Decision | None],
-) -> StatusItem:
+def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | None]) -> StatusItem:
     committable = work.committable
     if committable is None:
         # never prepared, or not attributable: the sweep removes or aborts it
         action = "abort" if work.kind == "open_transaction" else "sweep"
         detail = work.detail
     else:
-        key = (committable.query_id, committable.batch_id)
-        if key not in decisions:
-            decisions[key] = commit_log.decision(*key)
-        decision = decisions[key]
+        decision = decisions[(committable.query_id, committable.batch_id)]
         if decision is not None and decision.contains(committable):
             action, why = "commit", "named by the batch's decision"
         elif decision is not None:
