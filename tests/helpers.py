@@ -28,6 +28,16 @@ class RunResult:
         return [e for e in self.events if e.get("event") == kind]
 
 
+def local_query(script: str, **options: object) -> list[str]:
+    """The command line of a local-engine query script in ``tests/e2e`` (``local_query``,
+    ``local_sql_query``, ``local_kafka_query``): each keyword becomes ``--name value``, with
+    dashes for underscores. For :func:`run_process`."""
+    argv = [f"tests/e2e/{script}.py"]
+    for name, value in options.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
 def run_process(
     args: list[str], *, faults: str | None = None, timeout: float = 300, cwd: Path = REPO
 ) -> RunResult:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_process
+from tests.helpers import local_query, run_process
 from tests.integration.kafka_support import committed_keys, create_topic
 from twopc.faults import CrashPoint
 
@@ -38,25 +38,17 @@ def test_sigkill_at_crash_point_then_restart(
 ) -> None:
     topic = create_topic(kafka_bootstrap, partitions=3)
     sink_id = f"k-{uuid.uuid4().hex[:8]}"
-    args = [
-        "tests/e2e/local_kafka_query.py",
-        "--bootstrap",
-        kafka_bootstrap,
-        "--topic",
-        topic,
-        "--mode",
-        mode,
-        "--checkpoint",
-        str(tmp_path / "chk"),
-        "--sink-id",
-        sink_id,
-        "--batches",
-        str(BATCHES),
-        "--partitions",
-        str(PARTITIONS),
-        "--rows",
-        str(ROWS),
-    ]
+    args = local_query(
+        "local_kafka_query",
+        bootstrap=kafka_bootstrap,
+        topic=topic,
+        mode=mode,
+        checkpoint=tmp_path / "chk",
+        sink_id=sink_id,
+        batches=BATCHES,
+        partitions=PARTITIONS,
+        rows=ROWS,
+    )
     where = "" if point.on_driver or mode == "atomic" else ",partition=1"
     rows = ",rows=10" if point is CrashPoint.AFTER_INVOKE else ""
     first = run_process(args, faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_exactly_once, read_ids, run_process, staged_attempts
+from tests.helpers import assert_exactly_once, local_query, read_ids, run_process, staged_attempts
 from twopc.faults import EXIT_CODE, CrashPoint
 
 pytestmark = pytest.mark.e2e
@@ -28,19 +28,14 @@ POINTS = [
 
 
 def _query(tmp_path: Path) -> list[str]:
-    return [
-        "tests/e2e/local_query.py",
-        "--checkpoint",
-        str(tmp_path / "chk"),
-        "--output",
-        str(tmp_path / "out"),
-        "--batches",
-        str(BATCHES),
-        "--partitions",
-        str(PARTITIONS),
-        "--rows",
-        str(ROWS),
-    ]
+    return local_query(
+        "local_query",
+        checkpoint=tmp_path / "chk",
+        output=tmp_path / "out",
+        batches=BATCHES,
+        partitions=PARTITIONS,
+        rows=ROWS,
+    )
 
 
 def _committed_before_crash(ids: set[int]) -> None:

@@ -16,7 +16,7 @@ import psycopg
 import pymysql
 import pytest
 
-from tests.helpers import run_process
+from tests.helpers import local_query, run_process
 from tests.integration.services import parse_mysql_dsn
 from twopc.faults import CrashPoint
 from twopc_jdbc._base import TransactionId
@@ -96,27 +96,18 @@ def database(request: pytest.FixtureRequest) -> Database:
 
 
 def _query(db: Database, tmp_path: Path, table: str, mode: str, sink_id: str) -> list[str]:
-    return [
-        "tests/e2e/local_sql_query.py",
-        "--backend",
-        db.backend,
-        "--dsn",
-        db.dsn,
-        "--table",
-        table,
-        "--transaction-mode",
-        mode,
-        "--checkpoint",
-        str(tmp_path / "chk"),
-        "--batches",
-        str(BATCHES),
-        "--partitions",
-        str(PARTITIONS),
-        "--rows",
-        str(ROWS),
-        "--sink-id",
-        sink_id,
-    ]
+    return local_query(
+        "local_sql_query",
+        backend=db.backend,
+        dsn=db.dsn,
+        table=table,
+        transaction_mode=mode,
+        checkpoint=tmp_path / "chk",
+        batches=BATCHES,
+        partitions=PARTITIONS,
+        rows=ROWS,
+        sink_id=sink_id,
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import REPO, read_ids, run_process, staged_attempts
+from tests.helpers import REPO, local_query, read_ids, run_process, staged_attempts
 from tests.integration.kafka_support import admin, committed_keys, create_topic
 
 pytestmark = pytest.mark.integration
@@ -91,19 +91,14 @@ def _files(tmp_path: Path) -> Target:
     sink_id = "local-orders"  # fixed by tests/e2e/local_query.py
     return Target(
         name="files",
-        query=[
-            "tests/e2e/local_query.py",
-            "--checkpoint",
-            str(chk),
-            "--output",
-            str(out),
-            "--batches",
-            str(BATCHES),
-            "--partitions",
-            str(PARTITIONS),
-            "--rows",
-            str(ROWS),
-        ],
+        query=local_query(
+            "local_query",
+            checkpoint=chk,
+            output=out,
+            batches=BATCHES,
+            partitions=PARTITIONS,
+            rows=ROWS,
+        ),
         cli=["files", "--sink-id", sink_id, "--option", f"path={out}"],
         env={},
         reader=lambda: read_ids(out).elements(),
@@ -119,27 +114,18 @@ def _sql(tmp_path: Path, db: Database, mode: str) -> Target:
     chk = tmp_path / "chk"
     return Target(
         name=f"{db.backend}-{mode}",
-        query=[
-            "tests/e2e/local_sql_query.py",
-            "--backend",
-            db.backend,
-            "--dsn",
-            db.dsn,
-            "--table",
-            table,
-            "--transaction-mode",
-            mode,
-            "--checkpoint",
-            str(chk),
-            "--batches",
-            str(BATCHES),
-            "--partitions",
-            str(PARTITIONS),
-            "--rows",
-            str(ROWS),
-            "--sink-id",
-            sink_id,
-        ],
+        query=local_query(
+            "local_sql_query",
+            backend=db.backend,
+            dsn=db.dsn,
+            table=table,
+            transaction_mode=mode,
+            checkpoint=chk,
+            batches=BATCHES,
+            partitions=PARTITIONS,
+            rows=ROWS,
+            sink_id=sink_id,
+        ),
         cli=[
             db.backend,
             "--sink-id",
@@ -166,25 +152,17 @@ def _kafka(tmp_path: Path, bootstrap: str, mode: str) -> Target:
     chk = tmp_path / "chk"
     return Target(
         name=f"kafka-{mode}",
-        query=[
-            "tests/e2e/local_kafka_query.py",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--mode",
-            mode,
-            "--checkpoint",
-            str(chk),
-            "--sink-id",
-            sink_id,
-            "--batches",
-            str(BATCHES),
-            "--partitions",
-            str(PARTITIONS),
-            "--rows",
-            str(ROWS),
-        ],
+        query=local_query(
+            "local_kafka_query",
+            bootstrap=bootstrap,
+            topic=topic,
+            mode=mode,
+            checkpoint=chk,
+            sink_id=sink_id,
+            batches=BATCHES,
+            partitions=PARTITIONS,
+            rows=ROWS,
+        ),
         cli=[
             "kafka",
             "--sink-id",

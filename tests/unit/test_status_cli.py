@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_ids, run_process, staged_attempts
+from tests.helpers import local_query, read_ids, run_process, staged_attempts
 from twopc import CommitLog, Heartbeat
 from twopc.cli import main
 
@@ -100,7 +100,7 @@ def test_secrets_in_options_are_never_printed(
 def _crash_after_decision(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     result = run_process(
-        ["tests/e2e/local_query.py", "--checkpoint", str(tmp_path / "chk"), "--output", str(out)],
+        local_query("local_query", checkpoint=tmp_path / "chk", output=out),
         faults="after_decision:kill@batch=1",
         timeout=120,
     )
