@@ -3,12 +3,16 @@
 Layout under the log's root (one directory per streaming query id, so a new checkpoint
 never collides with an old one)::
 
+    <root>/<query_id>/<batch:020d>.runs.json       each run of the batch, recorded before phase 1
     <root>/<query_id>/<batch:020d>.decision.json   the decision: every committable of the batch
     <root>/<query_id>/<batch:020d>.done            phase 2 finished
     <root>/<query_id>/.heartbeat.json              the running writer's liveness record
 
 A decision is written atomically before the first commit; ``done`` after the last. A
-decision without ``done`` is work that recovery must finish. Hidden names (the heartbeat,
+decision without ``done`` is work that recovery must finish. The runs record says what each
+run of the batch used (partition count, naming options, the input's fingerprint), so that a
+restart in another shape still finds and aborts what an earlier run left, and a replay over
+other input is recognised instead of skipped. Hidden names (the heartbeat,
 a crashed atomic write's temporary file) are never read as batches.
 """
 
@@ -18,17 +22,18 @@ import contextlib
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from twopc._liveness import HEARTBEAT_NAME, Heartbeat
-from twopc.protocol import Committable
+from twopc.protocol import Committable, Footprint
 from twopc.storage import TEMP_PREFIX, atomic_write, filesystem_for, is_local, join
 
-__all__ = ["CommitLog", "Decision"]
+__all__ = ["BatchRun", "CommitLog", "Decision"]
 
 _DECISION_SUFFIX = ".decision.json"
 _DONE_SUFFIX = ".done"
+_RUNS_SUFFIX = ".runs.json"
 _LOG_FORMAT = 1
 
 
@@ -41,6 +46,9 @@ class Decision:
     batch_id: int
     committables: tuple[Committable, ...]
     decided_at: float = 0.0
+    committed_in_task: bool | None = None
+    """Whether the tasks committed before the decision was written (``None``: written by
+    a version that did not say; the sink's current capabilities decide then)."""
 
     def to_bytes(self) -> bytes:
         body = {
@@ -51,6 +59,8 @@ class Decision:
             "decided_at": self.decided_at,
             "committables": [c.to_json() for c in self.committables],
         }
+        if self.committed_in_task is not None:
+            body["committed_in_task"] = self.committed_in_task
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
@@ -64,6 +74,7 @@ class Decision:
             batch_id=int(body["batch_id"]),
             committables=tuple(Committable.from_json(c) for c in body["committables"]),
             decided_at=float(body.get("decided_at", 0.0)),
+            committed_in_task=body.get("committed_in_task"),
         )
 
     def contains(self, committable: Committable) -> bool:
@@ -71,6 +82,49 @@ class Decision:
         return any(
             c.partition == committable.partition and c.attempt == committable.attempt
             for c in self.committables
+        )
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One run of a batch's phase 1, recorded before any task starts.
+
+    ``input`` fingerprints the batch's input as the checkpoint plans it (``None`` when the
+    engine cannot tell); ``committed_in_task`` and ``recover`` are the sink's capabilities
+    in that run, so a restart in another mode still finishes and cleans up the old way.
+    """
+
+    footprint: Footprint
+    input: str | None = None
+    committed_in_task: bool = False
+    recover: bool = True
+    started_at: float = 0.0
+
+    def same_shape(self, other: BatchRun) -> bool:
+        """Same naming, input and partitions (where both runs know their partition count):
+        a replay that per-partition markers can skip partition by partition."""
+        if self.footprint.naming != other.footprint.naming or self.input != other.input:
+            return False
+        mine, theirs = self.footprint.partitions, other.footprint.partitions
+        return mine == theirs or not mine or not theirs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "footprint": self.footprint.to_json(),
+            "input": self.input,
+            "committed_in_task": self.committed_in_task,
+            "recover": self.recover,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchRun:
+        return cls(
+            footprint=Footprint.from_json(data["footprint"]),
+            input=data.get("input"),
+            committed_in_task=bool(data.get("committed_in_task", False)),
+            recover=bool(data.get("recover", True)),
+            started_at=float(data.get("started_at", 0.0)),
         )
 
 
@@ -90,19 +144,58 @@ class CommitLog:
     def record_decision(self, decision: Decision) -> None:
         """Durably record the decision to commit; must precede the first commit."""
         if not decision.decided_at:
-            decision = Decision(
-                decision.sink_id,
-                decision.query_id,
-                decision.batch_id,
-                decision.committables,
-                time.time(),
-            )
+            decision = replace(decision, decided_at=time.time())
         self._fs.makedirs(join(self._root, decision.query_id), exist_ok=True)
         atomic_write(
             self._fs,
             self._path(decision.query_id, decision.batch_id, _DECISION_SUFFIX),
             decision.to_bytes(),
         )
+
+    def record_run(self, query_id: str, batch_id: int, run: BatchRun) -> list[BatchRun]:
+        """Add ``run`` to the batch's runs record unless an equal-shaped run is there;
+        returns every run of the batch, oldest first. Must precede phase 1."""
+        runs = self.runs(query_id, batch_id)
+        if any(_same_record(r, run) for r in runs):
+            return runs
+        runs.append(run)
+        self._fs.makedirs(join(self._root, query_id), exist_ok=True)
+        body = {"format": _LOG_FORMAT, "runs": [r.to_json() for r in runs]}
+        atomic_write(
+            self._fs,
+            self._path(query_id, batch_id, _RUNS_SUFFIX),
+            json.dumps(body, sort_keys=True, indent=1).encode(),
+        )
+        return runs
+
+    def runs(self, query_id: str, batch_id: int) -> list[BatchRun]:
+        """Every recorded run of the batch, oldest first; empty when none was recorded
+        (a batch written by an earlier version, or pruned)."""
+        try:
+            raw = self._fs.cat_file(self._path(query_id, batch_id, _RUNS_SUFFIX))
+        except FileNotFoundError:
+            return []
+        body = json.loads(raw)
+        if body.get("format") != _LOG_FORMAT:
+            raise ValueError(f"unsupported commit log format {body.get('format')!r}")
+        return [BatchRun.from_json(r) for r in body.get("runs", [])]
+
+    def newest_runs(self) -> dict[str, tuple[int, list[BatchRun]]]:
+        """For each query id, its newest batch that has a runs record, with those runs.
+
+        Only the newest batch of a query can have left open work behind: a batch starts
+        after the one before it committed or was aborted by recovery."""
+        found: dict[str, tuple[int, list[BatchRun]]] = {}
+        for query_id in self.query_ids():
+            batches = [
+                int(n[: -len(_RUNS_SUFFIX)])
+                for n in self._batch_files(query_id)
+                if n.endswith(_RUNS_SUFFIX)
+            ]
+            if batches:
+                newest = max(batches)
+                found[query_id] = (newest, self.runs(query_id, newest))
+        return found
 
     def mark_done(self, query_id: str, batch_id: int) -> None:
         atomic_write(self._fs, self._path(query_id, batch_id, _DONE_SUFFIX), b"")
@@ -221,10 +314,19 @@ class CommitLog:
     def forget(self, query_id: str, batch_ids: Sequence[int]) -> None:
         """Delete entries of finished batches (log retention)."""
         for batch_id in batch_ids:
-            for suffix in (_DECISION_SUFFIX, _DONE_SUFFIX):
+            for suffix in (_DECISION_SUFFIX, _DONE_SUFFIX, _RUNS_SUFFIX):
                 path = self._path(query_id, batch_id, suffix)
                 if self._fs.exists(path):
                     self._fs.rm_file(path)
+
+
+def _same_record(a: BatchRun, b: BatchRun) -> bool:
+    return (a.footprint, a.input, a.committed_in_task, a.recover) == (
+        b.footprint,
+        b.input,
+        b.committed_in_task,
+        b.recover,
+    )
 
 
 def _basename(path: str) -> str:

@@ -18,18 +18,26 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from twopc._commit_log import CommitLog, Decision
+from twopc._commit_log import BatchRun, CommitLog, Decision
 from twopc._metrics import BatchMetrics, TaskMetrics
 from twopc.errors import (
     BatchFailedError,
     CheckpointMismatchError,
     CommitError,
     PermanentSinkError,
+    ReplayMismatchError,
     SinkError,
     TwoPCError,
 )
 from twopc.faults import CrashPoint, FaultPlan
-from twopc.protocol import CommitOutcome, Committable, RecoveryScope, Sink, TaskContext
+from twopc.protocol import (
+    CommitOutcome,
+    Committable,
+    Footprint,
+    RecoveryScope,
+    Sink,
+    TaskContext,
+)
 
 __all__ = [
     "BatchEngine",
@@ -256,6 +264,12 @@ class BatchEngine(Protocol):
 
     Must run every partition, return one report per partition (the successful attempt's),
     and raise if any partition's task failed for good.
+
+    Optional, looked up with ``getattr`` so that older engines keep working:
+    ``partition_count() -> int | None`` (partitions phase 1 will run, known before it
+    starts; recorded so a restart with fewer partitions still cleans up after this one),
+    ``duplicate_attempts_possible() -> bool`` (speculative copies may run) and
+    ``wait_for_stragglers(timeout: float) -> None`` (wait until losing attempts ended).
     """
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]: ...
@@ -264,6 +278,10 @@ class BatchEngine(Protocol):
         """Consume the batch's input without writing it (a skipped replay). Spark needs
         every partition of a stateful query evaluated before it commits the state."""
         ...
+
+
+_STRAGGLER_WAIT_SECONDS = 60.0
+"""How long, at most, to wait for losing task attempts to end before cleaning up after them."""
 
 
 @dataclass
@@ -307,6 +325,8 @@ class Coordinator:
         self.faults = faults
         self.log_retention = log_retention
         self._sleep = sleep
+        self._earlier_runs: list[BatchRun] | None = None
+        self._lingering_swept = False
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -321,16 +341,47 @@ class Coordinator:
                 decision.batch_id,
                 decision.query_id,
             )
-            if self.sink.capabilities.commit_in_task:
+            in_task = decision.committed_in_task
+            if in_task is None:  # a decision of an earlier version: it did not say
+                in_task = self.sink.capabilities.commit_in_task
+            if in_task:
                 # The tasks committed before the decision was written; only the log lags.
                 self.commit_log.mark_done(decision.query_id, decision.batch_id)
             else:
+                # Also after a restart in a mode that commits in the task: the decision was
+                # made for prepared work, which only a commit makes visible.
                 self._commit_decision(decision, fire_faults=False)
             stats.committed += len(decision.committables)
-        if self.sink.capabilities.recover:
+        earlier = self._runs_before_this_process()
+        if self.sink.capabilities.recover or any(run.recover for run in earlier):
             stats.aborted = self._abort_undecided()
+        stats.aborted += self._sweep_earlier_footprints(earlier)
         stats.swept = self.sink.sweep(self.sink_id)
         return stats
+
+    def _runs_before_this_process(self) -> list[BatchRun]:
+        """The runs of each query's newest batch as the log held them when this coordinator
+        started: what a crashed or differently configured earlier run may have left."""
+        if self._earlier_runs is None:
+            self._earlier_runs = [
+                run for _, runs in self.commit_log.newest_runs().values() for run in runs
+            ]
+        return self._earlier_runs
+
+    def _sweep_earlier_footprints(self, earlier: Sequence[BatchRun]) -> int:
+        """Once per coordinator: let the sink abort what runs with other naming or more
+        partitions left open (no fixed probe limit: the log says how many there were)."""
+        if self._lingering_swept:
+            return 0
+        footprints: dict[str, Footprint] = {}
+        for run in earlier:
+            key = json.dumps(run.footprint.to_json(), sort_keys=True)
+            footprints.setdefault(key, run.footprint)
+        aborted = 0
+        for footprint in footprints.values():
+            aborted += self.sink.sweep_lingering(self.sink_id, footprint)
+        self._lingering_swept = True
+        return aborted
 
     def _abort_undecided(self) -> int:
         leftovers = self.sink.recover(self.sink_id)
@@ -369,9 +420,14 @@ class Coordinator:
         engine: BatchEngine,
         *,
         run_id: str = "",
+        input_fingerprint: str | None = None,
     ) -> BatchMetrics:
         """Write one micro-batch exactly once. Raises if it could not; then nothing of
-        the batch is visible (phase 1 failed) or a restart finishes it (phase 2 failed)."""
+        the batch is visible (phase 1 failed) or a restart finishes it (phase 2 failed).
+
+        ``input_fingerprint`` identifies the batch's input as the checkpoint plans it (the
+        engine reads it from the offset log); with it, a replay over other input (an older
+        checkpoint put back) is refused instead of skipped."""
         started = time.monotonic()
         recovery = self.recover()
         recovered_at = time.monotonic()
@@ -385,7 +441,9 @@ class Coordinator:
             recovered_aborted=recovery.aborted,
             swept=recovery.swept,
         )
+        runs = self.commit_log.runs(query_id, batch_id)
         if self._already_committed(query_id, batch_id):
+            self._check_same_input(runs, input_fingerprint, query_id, batch_id)
             _log.info(
                 "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
                 self.sink_id,
@@ -395,6 +453,15 @@ class Coordinator:
             engine.discard()
             return self._finish(base, started)
         self._check_order(query_id, batch_id)
+        run = BatchRun(
+            Footprint(self.sink.naming(), _partition_count(engine)),
+            input_fingerprint,
+            committed_in_task=self.sink.capabilities.commit_in_task,
+            recover=self.sink.capabilities.recover,
+            started_at=time.time(),
+        )
+        self._check_replay_shape(runs, run, query_id, batch_id)
+        self.commit_log.record_run(query_id, batch_id, run)
 
         task = Phase1Task(
             self.sink, self.sink_id, query_id, batch_id, run_id, self.faults, self.retry
@@ -415,9 +482,18 @@ class Coordinator:
             raise
         written_at = time.monotonic()
         tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
+        if len(committables) != run.footprint.partitions:
+            # The engine could not tell (or over-estimated) the partition count up front.
+            self.commit_log.record_run(
+                query_id,
+                batch_id,
+                replace(run, footprint=replace(run.footprint, partitions=len(committables))),
+            )
 
-        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables))
         in_task = self.sink.capabilities.commit_in_task
+        decision = Decision(
+            self.sink_id, query_id, batch_id, tuple(committables), committed_in_task=in_task
+        )
         try:
             self._fire(CrashPoint.BEFORE_DECISION, batch_id)
             self.commit_log.record_decision(decision)
@@ -435,7 +511,7 @@ class Coordinator:
         committed_at = time.monotonic()
         self._fire(CrashPoint.AFTER_COMMIT, batch_id)
         self._prune_log(query_id, batch_id)
-        cleaned = self._clean_failed_attempts(reports, batch_id)
+        cleaned = self._clean_failed_attempts(reports, batch_id, engine)
 
         metrics = replace(
             base,
@@ -453,29 +529,40 @@ class Coordinator:
         )
         return self._finish(metrics, started)
 
-    def _clean_failed_attempts(self, reports: Sequence[TaskReport], batch_id: int) -> _Recovery:
-        """Remove what the failed attempts of a just-committed batch left (staged files,
-        prepared branches), instead of waiting for the next batch's recovery: the last batch
-        of a query may have no next batch, and a restart without new input runs none.
+    def _clean_failed_attempts(
+        self, reports: Sequence[TaskReport], batch_id: int, engine: BatchEngine
+    ) -> _Recovery:
+        """Remove what the failed and losing attempts of a just-committed batch left (staged
+        files, prepared branches), instead of waiting for the next batch's recovery: the
+        last batch of a query may have no next batch, and a restart without new input runs
+        none.
 
-        Only runs when a partition needed more than one attempt; a failure here is logged,
-        never raised, because the batch is already committed and recovery retries it.
+        Runs when a partition needed more than one attempt, or when the engine may have run
+        speculative copies (whose losers never report: attempt 0 may be the one that lost);
+        then it first waits, bounded, for the losing attempts to end. A failure here is
+        logged, never raised, because the batch is already committed and recovery retries.
         """
         cleaned = _Recovery()
         retried = sorted({r.partition for r in reports if r.attempt > 0})
-        if not retried:
+        speculative = bool(getattr(engine, "duplicate_attempts_possible", lambda: False)())
+        if not retried and not speculative:
             return cleaned
+        if speculative:
+            wait = getattr(engine, "wait_for_stragglers", None)
+            if wait is not None:
+                wait(_STRAGGLER_WAIT_SECONDS)
         try:
             if self.sink.capabilities.recover:
                 cleaned.aborted = self._abort_undecided()
             cleaned.swept = self.sink.sweep(self.sink_id)
         except Exception as exc:
             _log.warning(
-                "twopc sink=%s: batch %d is committed, but cleaning up after the failed "
-                "attempts of partition(s) %s failed; the next batch's recovery retries: %s",
+                "twopc sink=%s: batch %d is committed, but cleaning up after its failed or "
+                "losing task attempts (retried partitions: %s) failed; the next batch's "
+                "recovery retries: %s",
                 self.sink_id,
                 batch_id,
-                ", ".join(map(str, retried)),
+                ", ".join(map(str, retried)) or "none",
                 _short(exc),
             )
         return cleaned
@@ -500,6 +587,58 @@ class Coordinator:
         if self.commit_log.decision(query_id, batch_id) is not None:
             return True
         return self.sink.is_committed(RecoveryScope(self.sink_id, query_id), batch_id)
+
+    def _check_same_input(
+        self, runs: Sequence[BatchRun], fingerprint: str | None, query_id: str, batch_id: int
+    ) -> None:
+        """A committed batch may only be skipped when its replay reads the same input."""
+        recorded = {run.input for run in runs if run.input is not None}
+        if fingerprint is None or not recorded or fingerprint in recorded:
+            return
+        raise CheckpointMismatchError(
+            f"batch {batch_id} of query {query_id} was committed over other input than the "
+            "checkpoint now plans for it (its offsets differ): the checkpoint was put back "
+            "from an older copy and the query planned the batch anew. Skipping it would "
+            "lose rows and rewriting it would duplicate rows, so twopc refuses. Put the "
+            "newer checkpoint back, or start from a new checkpoint location whose starting "
+            "offsets follow the committed output (see docs/operations.md, 'An older "
+            "checkpoint restored')",
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+        )
+
+    def _check_replay_shape(
+        self, runs: Sequence[BatchRun], run: BatchRun, query_id: str, batch_id: int
+    ) -> None:
+        """Refuse to replay a partly committed batch in another shape than its first run.
+
+        Sinks that commit in the task skip a replayed partition by its marker; that is only
+        right when partition ``p`` holds the same rows as in the run that committed it.
+        Another partition count, other naming (markers under another name) or other input
+        breaks that, so the earlier runs' markers are read and any commit refuses the replay.
+        """
+        for earlier in runs:
+            if not earlier.committed_in_task or earlier.same_shape(run):
+                continue
+            scope = RecoveryScope(self.sink_id, query_id)
+            committed = self.sink.committed_partitions(scope, batch_id, earlier.footprint)
+            if committed is not None and not committed:
+                continue
+            what = (
+                "the sink cannot tell which of its partitions committed"
+                if committed is None
+                else f"partition(s) {', '.join(map(str, sorted(committed)))} committed"
+            )
+            raise ReplayMismatchError(
+                f"batch {batch_id} of query {query_id} was partly written by an earlier run "
+                f"({_describe_run(earlier)}; {what}) and is now replayed with "
+                f"{_describe_run(run)}. Replayed in another shape, some rows would be "
+                f"written twice and others lost. Restart the query once as it ran before "
+                f"so that batch {batch_id} finishes, then change it (see docs/operations.md, "
+                "'Rescaling and changed options')",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
 
     def _check_order(self, query_id: str, batch_id: int) -> None:
         decided = self.commit_log.decided_batches(query_id)
@@ -623,6 +762,29 @@ class Coordinator:
     def _fire(self, point: CrashPoint, batch_id: int) -> None:
         if self.faults:
             self.faults.fire(point, sink_id=self.sink_id, batch_id=batch_id)
+
+
+def _partition_count(engine: BatchEngine) -> int:
+    """Partitions the engine will run, if it can tell before phase 1; 0 when unknown."""
+    count = getattr(engine, "partition_count", None)
+    if count is None:
+        return 0
+    try:
+        value = count()
+    except Exception:
+        _log.debug("the engine could not tell its partition count", exc_info=True)
+        return 0
+    return int(value) if value else 0
+
+
+def _describe_run(run: BatchRun) -> str:
+    partitions = run.footprint.partitions
+    parts = [f"{partitions} partition(s)" if partitions else "an unknown partition count"]
+    if run.footprint.naming:
+        naming = ", ".join(f"{k}={v!r}" for k, v in sorted(run.footprint.naming.items()))
+        parts.append(naming)
+    parts.append("input " + (run.input[:12] if run.input else "unknown"))
+    return ", ".join(parts)
 
 
 def _with_total(metrics: BatchMetrics, total: float) -> BatchMetrics:

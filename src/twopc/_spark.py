@@ -6,11 +6,13 @@ rest to the engine-agnostic coordinator on the driver.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from twopc._checkpoint import input_fingerprint
 from twopc._coordinator import Phase1Task, RetryPolicy, TaskReport
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError
@@ -32,8 +34,57 @@ _REPORT_SCHEMA = "report string"
 class _SparkEngine:
     """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``."""
 
-    def __init__(self, df: DataFrame) -> None:
+    def __init__(self, df: DataFrame, *, speculation: bool = False, job_group: str = "") -> None:
         self._df = df
+        self._speculation = speculation
+        self._job_group = job_group or None
+        self._jobs: set[int] = set()
+
+    def partition_count(self) -> int | None:
+        """Partitions of the batch's physical plan, before anything runs (with adaptive
+        execution: before coalescing, an upper bound); ``None`` where the plan does not say
+        (a file scan splits its files only when it runs)."""
+        try:
+            plan = self._df._jdf.queryExecution().executedPlan()
+            count = int(plan.outputPartitioning().numPartitions())
+        except Exception:
+            _log.debug("cannot read the batch's partition count from its plan", exc_info=True)
+            return None
+        return count if count > 0 else None
+
+    def duplicate_attempts_possible(self) -> bool:
+        """With ``spark.speculation`` on, a losing copy of a task may have prepared."""
+        return self._speculation
+
+    def wait_for_stragglers(self, timeout: float) -> None:
+        """Wait (bounded) until phase 1's job has no running task attempt left: Spark kills
+        the losing copies of speculated tasks only after the job has its results."""
+        tracker = self._df.sparkSession.sparkContext.statusTracker()
+        stages = [
+            stage
+            for job in sorted(self._jobs)
+            if (job_info := tracker.getJobInfo(job)) is not None
+            for stage in job_info.stageIds
+        ]
+        deadline = time.monotonic() + timeout
+        while True:
+            running = [
+                stage
+                for stage in stages
+                if (stage_info := tracker.getStageInfo(stage)) is not None
+                and stage_info.numActiveTasks > 0
+            ]
+            if not running:
+                return
+            if time.monotonic() >= deadline:
+                _log.warning(
+                    "task attempts of stage(s) %s still run after %.0fs; cleaning up anyway "
+                    "(recovery at the next batch catches what they write later)",
+                    running,
+                    timeout,
+                )
+                return
+            time.sleep(0.1)
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
         def phase1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -45,7 +96,11 @@ class _SparkEngine:
             report = task.run(partition, attempt, batches)
             yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
 
+        tracker = self._df.sparkSession.sparkContext.statusTracker() if self._speculation else None
+        before = set(tracker.getJobIdsForGroup(self._job_group)) if tracker else set()
         rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
+        if tracker is not None:
+            self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
         return [TaskReport.loads(row["report"]) for row in rows]
 
     def discard(self) -> None:
@@ -66,6 +121,8 @@ class SparkBatchWriter(BatchWriter):
         super().__init__(*args, **kwargs)
         self._persist = persist
         self._checked_queries: set[str] = set()
+        self._checkpoints: dict[str, str | None] = {}
+        self._speculation: bool | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
@@ -97,13 +154,21 @@ class SparkBatchWriter(BatchWriter):
             df = df.repartition(*keys)
         if self._persist:
             df = df.persist()
+        if self._speculation is None:
+            self._speculation = context.getConf().get("spark.speculation", "false") == "true"
+        if query_id not in self._checkpoints:
+            self._checkpoints[query_id] = _checkpoint_root(spark, query_id)
+        checkpoint = self._checkpoints[query_id]
         try:
             self.run(
                 query_id,
                 int(batch_id),
-                _SparkEngine(df),
-                lambda: _checkpoint_root(spark, query_id),
+                _SparkEngine(df, speculation=self._speculation, job_group=run_id),
+                lambda: checkpoint,
                 run_id=run_id,
+                input_fingerprint=(
+                    input_fingerprint(checkpoint, int(batch_id)) if checkpoint else None
+                ),
             )
         finally:
             if self._persist:

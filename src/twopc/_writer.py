@@ -174,12 +174,16 @@ class BatchWriter:
         batch_id: int,
         engine: BatchEngine,
         checkpoint_root: Callable[[], str | None],
+        *,
         run_id: str = "",
+        input_fingerprint: str | None = None,
     ) -> BatchMetrics:
         coordinator = self.coordinator(checkpoint_root)
         self._heartbeat(coordinator, query_id, batch_id, "writing")
         try:
-            metrics = coordinator.run_batch(query_id, batch_id, engine, run_id=run_id)
+            metrics = coordinator.run_batch(
+                query_id, batch_id, engine, run_id=run_id, input_fingerprint=input_fingerprint
+            )
         except Exception as exc:
             self._heartbeat(coordinator, query_id, batch_id, "failed")
             self._record(

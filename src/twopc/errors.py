@@ -38,6 +38,7 @@ __all__ = [
     "InjectedFault",
     "PermanentSinkError",
     "PluginError",
+    "ReplayMismatchError",
     "SinkError",
     "TransientSinkError",
     "TwoPCError",
@@ -103,6 +104,12 @@ class ConfigurationError(TwoPCError):
 
 class CheckpointMismatchError(ConfigurationError):
     """The sink's commit log does not match the streaming query's checkpoint."""
+
+
+class ReplayMismatchError(ConfigurationError):
+    """A batch that may be partly committed is replayed in another shape (partition count,
+    naming options or input) than its first run, so it can be neither skipped nor
+    rewritten partition by partition without duplicating or losing rows."""
 
 
 class PluginError(TwoPCError):

@@ -14,7 +14,9 @@ Actions:
 
 * ``raise``: raise :class:`~twopc.errors.InjectedFault` (a task failure or a failed batch);
 * ``exit``: ``os._exit`` the current Python process (a Python worker or driver dying);
-* ``kill``: ``SIGKILL`` the current process, no clean-up at all.
+* ``kill``: ``SIGKILL`` the current process, no clean-up at all;
+* ``sleep=SECONDS``: stall there, then go on (a slow task for speculation, a stalled driver
+  for a crash while work is open), e.g. ``after_invoke:sleep=20@partition=1,attempt=0``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -80,6 +83,10 @@ class FaultAction(Enum):
     RAISE = "raise"
     EXIT = "exit"
     KILL = "kill"
+    SLEEP = "sleep"
+
+
+_DEFAULT_SLEEP_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class Fault:
     partition: int | None = None
     attempt: int | None = None
     rows: int | None = None
+    seconds: float | None = None
+    """How long the ``sleep`` action stalls (default 30 s)."""
 
     def matches(
         self,
@@ -123,7 +132,10 @@ class Fault:
             if value is not None
         ]
         suffix = f"@{','.join(filters)}" if filters else ""
-        return f"{self.point.value}:{self.action.value}{suffix}"
+        action = self.action.value
+        if self.action is FaultAction.SLEEP and self.seconds is not None:
+            action += f"={self.seconds:g}"
+        return f"{self.point.value}:{action}{suffix}"
 
 
 _FILTER_KEYS = {"batch": "batch_id", "partition": "partition", "attempt": "attempt", "rows": "rows"}
@@ -181,6 +193,9 @@ def _carry_out(fault: Fault, sink_id: str, batch_id: int, partition: int | None)
             batch_id=batch_id,
             partition=partition,
         )
+    if fault.action is FaultAction.SLEEP:
+        time.sleep(fault.seconds if fault.seconds is not None else _DEFAULT_SLEEP_SECONDS)
+        return
     for handler in logging.getLogger().handlers:
         handler.flush()
     if fault.action is FaultAction.EXIT:
@@ -199,12 +214,25 @@ def _parse_rule(rule: str) -> Fault:
         raise ConfigurationError(
             f"{ENV_VAR}: unknown crash point {point_name!r} in {text!r}; known: {known}"
         ) from None
+    action_word, _, seconds_text = (action_name or "raise").partition("=")
     try:
-        action = FaultAction((action_name or "raise").strip())
+        action = FaultAction(action_word.strip())
     except ValueError:
         raise ConfigurationError(
-            f"{ENV_VAR}: unknown action {action_name!r} in {text!r}; use raise, exit or kill"
+            f"{ENV_VAR}: unknown action {action_name!r} in {text!r}; use raise, exit, kill "
+            "or sleep=SECONDS"
         ) from None
+    seconds: float | None = None
+    if seconds_text.strip():
+        try:
+            seconds = float(seconds_text)
+        except ValueError:
+            seconds = -1.0
+        if action is not FaultAction.SLEEP or seconds < 0:
+            raise ConfigurationError(
+                f"{ENV_VAR}: bad action {action_name!r} in {text!r}; only sleep takes a "
+                "duration (sleep=SECONDS, not negative)"
+            )
     values: dict[str, int] = {}
     for item in _split_filters(filters):
         key, _, value = item.partition("=")
@@ -215,7 +243,7 @@ def _parse_rule(rule: str) -> Fault:
                 "attempt= or rows= with an integer"
             )
         values[field] = int(value)
-    return Fault(point, action, **values)
+    return Fault(point, action, seconds=seconds, **values)
 
 
 def _split_filters(filters: str) -> Iterable[str]:

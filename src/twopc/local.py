@@ -16,16 +16,19 @@ tested at representative points. Usage::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from twopc._checkpoint import input_fingerprint
 from twopc._coordinator import Phase1Task, RetryPolicy, TaskReport
 from twopc._metrics import BatchMetrics
 from twopc._writer import BatchWriter, MetricsCallback
@@ -90,6 +93,9 @@ class LocalEngine:
 
     def discard(self) -> None:
         """In-memory partitions need no evaluation."""
+
+    def partition_count(self) -> int:
+        return len(self.partitions)
 
     def _run_attempts(
         self, task: Phase1Task, partitions: list[int], attempt: int
@@ -185,7 +191,15 @@ class LocalBatchWriter(BatchWriter):
         if self.sink.capabilities.single_transaction and len(partitions) > 1:
             partitions = [pa.concat_tables(partitions)]
         engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
-        return self.run(query_id, batch_id, engine, lambda: checkpoint_root)
+        return self.run(
+            query_id,
+            batch_id,
+            engine,
+            lambda: checkpoint_root,
+            input_fingerprint=(
+                input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
+            ),
+        )
 
 
 def foreach_batch(
@@ -251,6 +265,20 @@ class LocalStream:
             if os.path.basename(p).isdigit()
         )
 
+    def _offsets_entry(self, batch_id: int) -> bytes:
+        """Spark's layout: version, metadata, then the batch's "source offsets", here a
+        digest of the batch's rows (so a changed input shows, as in Spark)."""
+        digest = hashlib.sha256()
+        for table in self.batches[batch_id]:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as stream:
+                stream.write_table(table)
+            digest.update(sink.getvalue().to_pybytes())
+        rows = sum(t.num_rows for t in self.batches[batch_id])
+        metadata = json.dumps({"batchTimestampMs": int(time.time() * 1000)})
+        source = json.dumps({"rows": rows, "digest": digest.hexdigest()})
+        return f"v1\n{metadata}\n{source}".encode()
+
     def run(self, writer: LocalBatchWriter) -> list[int]:
         """Run every batch not yet committed; returns the batch ids the writer was given.
 
@@ -262,7 +290,11 @@ class LocalStream:
         ran: list[int] = []
         for batch_id in range(start, len(self.batches)):
             if batch_id > last_offset:
-                atomic_write(self._fs, join(self._root, "offsets", str(batch_id)), b"v1")
+                atomic_write(
+                    self._fs,
+                    join(self._root, "offsets", str(batch_id)),
+                    self._offsets_entry(batch_id),
+                )
             writer.write(self.query_id, batch_id, self.batches[batch_id], self.checkpoint)
             atomic_write(self._fs, join(self._root, "commits", str(batch_id)), b"v1")
             ran.append(batch_id)

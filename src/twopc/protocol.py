@@ -49,6 +49,7 @@ __all__ = [
     "Capabilities",
     "CommitOutcome",
     "Committable",
+    "Footprint",
     "Inspection",
     "PendingWork",
     "RecoveryScope",
@@ -254,6 +255,28 @@ class Inspection:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """Where one run of a sink may have left open work: the naming it used and how many
+    partitions it ran with.
+
+    The coordinator records the footprint of every batch in its commit log before phase 1,
+    so a restart with another partition count or other naming options (a Kafka
+    ``transactional.id`` prefix) still finds what an earlier run left, with no probe limit.
+    ``naming`` is what :meth:`Sink.naming` returned for that run.
+    """
+
+    naming: Mapping[str, Any]
+    partitions: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"naming": dict(self.naming), "partitions": self.partitions}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Footprint:
+        return cls(dict(data.get("naming") or {}), int(data["partitions"]))
+
+
 class CommitOutcome(Enum):
     """What :meth:`Sink.commit` did for a committable."""
 
@@ -353,6 +376,40 @@ class Sink(ABC, Generic[TxnT]):
         the default. Sinks with markers (SQL marker rows, Kafka offsets) answer from them.
         """
         return False
+
+    def naming(self) -> dict[str, Any]:
+        """The options that decide the names of this sink's transactions (JSON-able).
+
+        Recorded in the commit log with every batch (see :class:`Footprint`), so that a
+        restart with other options can still clean up after an earlier run. The default,
+        ``{}``, suits sinks whose :meth:`recover` and :meth:`sweep` find everything
+        whatever the options were (listings rather than derived names).
+        """
+        return {}
+
+    def sweep_lingering(self, sink_id: str, footprint: Footprint) -> int:
+        """Abort work that a run with ``footprint`` may have left open, for ``sink_id``.
+
+        Called at recovery, once per coordinator, for the footprint of each query's newest
+        batch, including runs with other naming or more partitions than this one. Sinks
+        whose transactions are found by name, not by listing (Kafka's transactional ids),
+        implement it; it must not touch committed work. Returns how many it aborted, if
+        known (else 0).
+        """
+        return 0
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        """Which partitions of ``batch_id`` the target shows as committed by a run with
+        ``footprint`` (its markers), or ``None`` when the sink cannot tell.
+
+        Only asked about ``commit_in_task`` sinks, when a batch that may be partly committed
+        is replayed with another partition count, other naming or other input: a replay
+        can then not be skipped partition by partition, and the coordinator refuses it if
+        anything was committed.
+        """
+        return None
 
     def partition_columns(self) -> tuple[str, ...]:
         """Columns whose equal values must reach the same task (e.g. upsert keys).

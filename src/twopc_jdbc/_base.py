@@ -33,9 +33,11 @@ from twopc import (
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Footprint,
     Inspection,
     PendingWork,
     PermanentSinkError,
+    RecoveryScope,
     Sink,
     SinkError,
     TargetMarker,
@@ -630,9 +632,35 @@ class SqlSink(Sink[SqlTransaction]):
             )
         return Inspection(tuple(pending), tuple(self.last_markers(sink_id)), tuple(notes))
 
-    def recover(self, sink_id: str) -> list[Committable]:
+    def naming(self) -> dict[str, Any]:
+        """The mode: a replay in the other mode cannot be skipped partition by partition."""
+        return {"transaction_mode": self.options.transaction_mode}
+
+    def is_committed(self, scope: RecoveryScope, batch_id: int) -> bool:
+        """In ``two_phase`` mode, whether any marker row shows the batch committed: the
+        driver commits only decided batches, so one marker means the batch was decided
+        (a commit log restored with an older checkpoint has lost that decision). In
+        ``transaction`` mode each task skips its own partition by its marker instead."""
         if not self.two_phase:
-            return []
+            return False
+        return any(
+            m.query_id == scope.query_id and m.batch_id >= batch_id
+            for m in self.last_markers(scope.sink_id)
+        )
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        """Partitions whose marker row shows ``batch_id`` (or a later batch) committed."""
+        return {
+            m.partition
+            for m in self.last_markers(scope.sink_id)
+            if m.query_id == scope.query_id and m.batch_id >= batch_id
+        }
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        """Prepared branches of ``sink_id``, in both modes: ``transaction`` mode prepares
+        nothing itself, but an earlier run in ``two_phase`` mode may have left some."""
         try:
             xids = self.prepared_ids(sink_id)
         except SinkError as exc:

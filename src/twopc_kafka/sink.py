@@ -48,9 +48,11 @@ from twopc import (
     CommitOutcome,
     Committable,
     ConfigurationError,
+    Footprint,
     Inspection,
     PendingWork,
     PermanentSinkError,
+    RecoveryScope,
     Sink,
     SinkError,
     TargetMarker,
@@ -248,6 +250,8 @@ class KafkaSink(Sink[KafkaTransaction]):
         )
         self._known_topics: set[str] = set()
         self._swept_prefix = False
+        # transactional ids this process has fenced (aborting their open transaction)
+        self._probed: set[str] = set()
         # Prepared transactions of this process, for the in-task commit.
         self._open: dict[tuple[str, int, int, int], KafkaTransaction] = {}
 
@@ -310,6 +314,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         state["_known_topics"] = set()
         state["_serializer"] = None
         state["_open"] = {}
+        state["_probed"] = set()
         return state
 
     # -- ids and clients ---------------------------------------------------------------------
@@ -683,19 +688,61 @@ class KafkaSink(Sink[KafkaTransaction]):
             return 0
         partitions = max(self.lingering_probe, self._partitions_seen(sink_id))
         for partition in range(1, partitions):
-            self._probe(sink_id, partition)
+            if self.transactional_id(sink_id, partition) not in self._probed:
+                self._probe(sink_id, partition)
         self._swept_prefix = True
         _log.info(
             "sink %r: probed %d transactional ids for lingering transactions", sink_id, partitions
         )
         return 0
 
+    def naming(self) -> dict[str, Any]:
+        """The prefix names every transactional id and marker group; the mode decides how
+        many transactions a batch has."""
+        return {"transactional_id_prefix": self.prefix, "mode": self.mode}
+
+    def sweep_lingering(self, sink_id: str, footprint: Footprint) -> int:
+        """Fence every transactional id a run with ``footprint`` used, under its prefix
+        (which may differ from this run's), aborting what it left open."""
+        prefix = str(footprint.naming.get("transactional_id_prefix", self.prefix))
+        ids = [f"{prefix}-{sink_id}-{p}" for p in range(footprint.partitions)]
+        todo = [i for i in ids if i not in self._probed]
+        for transactional_id in todo:
+            if not self._probe_id(transactional_id):
+                break  # unreachable: the batch's tasks report why; the next run retries
+        if todo:
+            _log.info(
+                "sink %r: probed %d transactional id(s) %s-%s-* of an earlier run",
+                sink_id,
+                len(todo),
+                prefix,
+                sink_id,
+            )
+        return 0  # fencing cannot tell whether a transaction was open
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        """Partitions whose marker group (under the footprint's prefix) shows ``batch_id``
+        or a later batch committed."""
+        prefix = str(footprint.naming.get("transactional_id_prefix", self.prefix))
+        admin = AdminClient(self._admin_only_config())
+        groups = [
+            g for g in self._marker_groups(admin, scope.sink_id, prefix) if g[1] == scope.query_id
+        ]
+        return {
+            m.partition for m in self._marker_offsets(admin, groups) if m.batch_id >= batch_id
+        }
+
     def _probe(self, sink_id: str, partition: int) -> bool:
+        return self._probe_id(self.transactional_id(sink_id, partition))
+
+    def _probe_id(self, transactional_id: str) -> bool:
         """``init_transactions`` on one transactional id: aborts its open transaction."""
-        transactional_id = self.transactional_id(sink_id, partition)
         producer = self._producer(transactional_id)
         try:
             producer.init_transactions(self.timeout)
+            self._probed.add(transactional_id)
             return True
         except KafkaException as exc:
             _log.warning("probing %s for a lingering transaction failed: %s", transactional_id, exc)
@@ -737,10 +784,13 @@ class KafkaSink(Sink[KafkaTransaction]):
     def _inspected_topics(self) -> set[str]:
         return {t for t in (self.topic, self.marker_topic) if t}
 
-    def _marker_groups(self, admin: Any, sink_id: str) -> list[tuple[str, str, int]]:
-        """(group, query id, partition) of every marker group of the sink."""
+    def _marker_groups(
+        self, admin: Any, sink_id: str, id_prefix: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """(group, query id, partition) of every marker group of the sink (under this
+        sink's ``transactional_id_prefix``, or ``id_prefix``)."""
         listing = admin.list_consumer_groups(request_timeout=self.timeout).result(self.timeout)
-        prefix = f"{self.prefix}.{sink_id}."
+        prefix = f"{id_prefix or self.prefix}.{sink_id}."
         found = []
         for group in listing.valid:
             name = str(group.group_id)

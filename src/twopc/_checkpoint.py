@@ -1,0 +1,74 @@
+"""What a streaming checkpoint says about one batch's input, as a fingerprint.
+
+Spark writes ``<checkpoint>/offsets/N`` before batch N runs: a version line, a metadata line
+(watermark, batch timestamp, session confs) and one line per source with the offsets the
+batch ends at. File sources also log the files of each batch under
+``<checkpoint>/sources/<i>/N`` (or inside a compacted ``N.compact``). A replay after a crash
+reads the same files, so the fingerprint is stable; a checkpoint put back from an older copy
+plans the batch anew, and the fingerprint then changes when the batch's input does. The
+metadata line is left out: its batch timestamp changes on every planning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from twopc.storage import filesystem_for, join
+
+__all__ = ["input_fingerprint"]
+
+_log = logging.getLogger("twopc")
+
+
+def input_fingerprint(
+    checkpoint_root: str, batch_id: int, storage_options: dict[str, Any] | None = None
+) -> str | None:
+    """A digest of batch ``batch_id``'s planned input, or ``None`` when the checkpoint
+    cannot be read (another filesystem than fsspec knows, no offsets file yet)."""
+    try:
+        fs, root = filesystem_for(checkpoint_root, storage_options)
+        offsets = fs.cat_file(join(root, "offsets", str(batch_id))).decode()
+        digest = hashlib.sha256()
+        for line in offsets.splitlines()[2:]:  # after the version and metadata lines
+            digest.update(line.strip().encode() + b"\n")
+        for entry in _file_source_entries(fs, root, batch_id):
+            digest.update(entry.encode() + b"\n")
+        return digest.hexdigest()
+    except Exception:
+        _log.debug(
+            "cannot read the input of batch %d from the checkpoint %s",
+            batch_id,
+            checkpoint_root,
+            exc_info=True,
+        )
+        return None
+
+
+def _file_source_entries(fs: Any, root: str, batch_id: int) -> list[str]:
+    """The file lists file sources logged for the batch, from every ``sources/<i>``."""
+    sources = join(root, "sources")
+    if not fs.exists(sources):
+        return []
+    entries: list[str] = []
+    for source in sorted(fs.ls(sources, detail=False)):
+        plain = join(source, str(batch_id))
+        compact = f"{plain}.compact"
+        if fs.exists(plain):
+            lines = fs.cat_file(plain).decode().splitlines()[1:]
+            entries.extend(line.strip() for line in lines if line.strip())
+        elif fs.exists(compact):
+            for line in fs.cat_file(compact).decode().splitlines()[1:]:
+                if _batch_of(line) == batch_id:
+                    entries.append(line.strip())
+    return entries
+
+
+def _batch_of(line: str) -> int | None:
+    try:
+        value = json.loads(line).get("batchId")
+    except (ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) else None

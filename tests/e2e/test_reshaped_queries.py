@@ -1,0 +1,251 @@
+"""A query that changes between restarts, on every backend and mode, through real Spark.
+
+Rescaled (2 → 8 → 1 → 12 partitions), restarted with other naming options, and restarted
+from an older copy of its checkpoint: the target must hold every row exactly once, nothing
+may stay prepared, staged or open, and a replay twopc cannot make exact must fail clearly.
+Checks read the targets (``tests.chaos.targets``), never twopc's own log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import twopc
+from tests.chaos.sinks import SinkSpec, build_sink
+from tests.chaos.targets import Target, make_target
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+CASES = [
+    ("files", "parquet"),
+    ("postgres", "transaction"),
+    ("postgres", "two_phase"),
+    ("mysql", "transaction"),
+    ("mysql", "two_phase"),
+    ("kafka", "per_partition"),
+    ("kafka", "atomic"),
+]
+SCHEMA = "id long, payload string"
+ROWS_PER_FILE = 40
+
+
+@pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
+    backend, mode = request.param
+    env = {}
+    if backend == "postgres":
+        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
+    elif backend == "mysql":
+        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
+    elif backend == "kafka":
+        env["KAFKA_BOOTSTRAP_SERVERS"] = request.getfixturevalue("kafka_bootstrap")
+    target = make_target(backend, env)
+    spec = target.prepare(f"rq-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=3)
+    yield target, spec
+    target.cleanup(spec)
+
+
+def _add_input(directory: Path, index: int) -> set[int]:
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
+    lines = [json.dumps({"id": i, "payload": f"p{i}"}) for i in ids]
+    (directory / f"in-{index:04d}.json").write_text("\n".join(lines) + "\n")
+    return set(ids)
+
+
+def _run(
+    spark: Any,
+    spec: SinkSpec,
+    source: Path,
+    checkpoint: Path,
+    *,
+    partitions: int,
+    files_per_trigger: int = 1,
+    sink: twopc.Sink[Any] | None = None,
+    commit_log: str | None = None,
+) -> twopc.SparkBatchWriter:
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .json(str(source))
+        .repartition(partitions, "id")
+    )
+    if spec.backend == "kafka":
+        frame = frame.withColumn("key", F.col("id").cast("string"))
+    writer = twopc.foreach_batch(
+        sink or build_sink(spec),
+        sink_id=spec.sink_id,
+        commit_log=commit_log or spec.commit_log(str(checkpoint)),
+    )
+    query = (
+        frame.writeStream.option("checkpointLocation", str(checkpoint))
+        .foreachBatch(writer)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    finally:
+        writer.close()
+    return writer
+
+
+def _assert_exactly_once(target: Target, spec: SinkSpec, expected: set[int]) -> None:
+    seen = target.committed(spec)
+    duplicates = sorted(i for i, n in seen.items() if n > 1)
+    missing = sorted(expected - set(seen))
+    extra = sorted(set(seen) - expected)
+    assert (duplicates[:10], missing[:10], extra[:10]) == ([], [], [])
+    assert target.leftovers(spec) == []
+
+
+def test_rescaled_between_restarts(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    """2 → 8 → 1 → 12 partitions, one new input file per restart."""
+    target, spec = case
+    expected: set[int] = set()
+    for index, partitions in enumerate([2, 8, 1, 12]):
+        expected |= _add_input(tmp_path / "in", index)
+        writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=partitions)
+        assert [m.status for m in writer.metrics] == ["committed"]
+    _assert_exactly_once(target, spec, expected)
+
+
+def test_rescaled_before_the_first_commit(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    """The first batch ever fails with 12 partitions before any task writes; the restart
+    runs it with 2."""
+    from pyspark.errors import StreamingQueryException
+
+    target, spec = case
+    expected = _add_input(tmp_path / "in", 0)
+    sink = build_sink(spec)
+    faults = twopc.FaultPlan.parse("before_begin:raise@batch=0")
+    from pyspark.sql import functions as F
+
+    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")).repartition(12, "id")
+    if spec.backend == "kafka":
+        frame = frame.withColumn("key", F.col("id").cast("string"))
+    writer = twopc.foreach_batch(
+        sink,
+        sink_id=spec.sink_id,
+        commit_log=spec.commit_log(str(tmp_path / "chk")),
+        faults=faults,
+        retry=twopc.RetryPolicy(max_attempts=1),
+    )
+    query = (
+        frame.writeStream.option("checkpointLocation", str(tmp_path / "chk"))
+        .foreachBatch(writer)
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination()
+    writer.close()
+    assert target.committed(spec) == Counter()
+
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    _assert_exactly_once(target, spec, expected)
+
+
+def test_restored_checkpoint_over_the_same_input_skips_what_was_committed(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    """The SQL and Kafka commit logs live inside this checkpoint (the default), so the older
+    copy brings an older log back too: the targets' own markers must carry the skip."""
+    target, spec = case
+    expected = _add_input(tmp_path / "in", 0)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
+    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+
+    shutil.rmtree(tmp_path / "chk")
+    shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
+    writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    # skipped by the driver (a decision or marker rows), or task by task by the markers
+    assert [m.batch_id for m in writer.metrics] == [1, 2]
+    _assert_exactly_once(target, spec, expected)
+
+
+def test_restored_checkpoint_over_other_input_is_refused(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    """Put back after batch 0, the query plans batch 1 over two files instead of one:
+    skipping it would lose the second file's rows, rewriting it would duplicate the first's."""
+    from pyspark.errors import StreamingQueryException
+
+    target, spec = case
+    log = str(tmp_path / "log")  # outside the checkpoint: the copy put back leaves it alone
+    expected = _add_input(tmp_path / "in", 0)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
+    shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
+    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
+    before = target.committed(spec)
+
+    shutil.rmtree(tmp_path / "chk")
+    shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
+    with pytest.raises(StreamingQueryException) as failure:
+        _run(
+            spark,
+            spec,
+            tmp_path / "in",
+            tmp_path / "chk",
+            partitions=2,
+            files_per_trigger=2,
+            commit_log=log,
+        )
+    message = str(failure.value)
+    assert "batch 1 of query" in message
+    assert "other input" in message
+    assert target.committed(spec) == before
+    _assert_exactly_once(target, spec, expected)
+
+
+def _renamed_sink(spec: SinkSpec) -> twopc.Sink[Any]:
+    """The same sink with the option that names its transactions changed: the other SQL
+    transaction mode, another Kafka transactional.id prefix."""
+    if spec.backend in ("postgres", "mysql"):
+        other = "two_phase" if spec.mode == "transaction" else "transaction"
+        return build_sink(replace(spec, mode=other))
+    if spec.backend == "kafka":
+        return twopc.create_sink(
+            "kafka",
+            bootstrap_servers=spec.address,
+            topic=spec.table,
+            mode=spec.mode,
+            key_column="key",
+            transactional_id_prefix="renamed",
+            operation_timeout_seconds=15,
+        )
+    return build_sink(spec)
+
+
+def test_restart_with_changed_naming_options(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    target, spec = case
+    expected = _add_input(tmp_path / "in", 0)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    expected |= _add_input(tmp_path / "in", 1)
+    writer = _run(
+        spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, sink=_renamed_sink(spec)
+    )
+    assert [m.status for m in writer.metrics] == ["committed"]
+    expected |= _add_input(tmp_path / "in", 2)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=3)
+    _assert_exactly_once(target, spec, expected)
