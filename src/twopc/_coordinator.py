@@ -327,6 +327,7 @@ class Coordinator:
         self._sleep = sleep
         self._earlier_runs: list[BatchRun] | None = None
         self._lingering_swept = False
+        self._markers_checked: set[str] = set()
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -442,6 +443,9 @@ class Coordinator:
             swept=recovery.swept,
         )
         runs = self.commit_log.runs(query_id, batch_id)
+        if query_id not in self._markers_checked:
+            self._check_markers_not_ahead(query_id, batch_id)
+            self._markers_checked.add(query_id)
         if self._already_committed(query_id, batch_id):
             self._check_same_input(runs, input_fingerprint, query_id, batch_id)
             _log.info(
@@ -587,6 +591,33 @@ class Coordinator:
         if self.commit_log.decision(query_id, batch_id) is not None:
             return True
         return self.sink.is_committed(RecoveryScope(self.sink_id, query_id), batch_id)
+
+    def _check_markers_not_ahead(self, query_id: str, batch_id: int) -> None:
+        """The target's markers never show a batch newer than the one the query runs,
+        unless the checkpoint went back (an older copy put back, with the commit log inside
+        it). Then the replays' input cannot be checked against the log, so refuse."""
+        decided = self.commit_log.decided_batches(query_id)
+        if decided and decided[-1] > batch_id:
+            return  # the log knows the newer batches: it checks their input itself
+        scope = RecoveryScope(self.sink_id, query_id)
+        ahead = self.sink.committed_partitions(
+            scope, batch_id + 1, Footprint(self.sink.naming(), 0)
+        )
+        if not ahead:
+            return
+        raise CheckpointMismatchError(
+            f"the target's markers show a batch after {batch_id} of query {query_id} "
+            f"committed, but the query is now running batch {batch_id}, and the commit log "
+            f"at {self.commit_log.url} does not know it: the checkpoint and the commit log "
+            "inside it were put back from an older copy. twopc cannot tell whether the "
+            "batches planned again read the same input as when they were committed, so it "
+            "refuses rather than lose or duplicate rows. Put the newer checkpoint back, or "
+            "start from a new checkpoint location; keep the commit log outside the "
+            "checkpoint (commit_log=...) if you restore checkpoints from copies (see "
+            "docs/operations.md, 'An older checkpoint restored')",
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+        )
 
     def _check_same_input(
         self, runs: Sequence[BatchRun], fingerprint: str | None, query_id: str, batch_id: int

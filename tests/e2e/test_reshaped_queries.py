@@ -161,23 +161,53 @@ def test_rescaled_before_the_first_commit(
     _assert_exactly_once(target, spec, expected)
 
 
+def _restore_after_first_batch(
+    spark: Any, spec: SinkSpec, tmp_path: Path, commit_log: str | None
+) -> set[int]:
+    """Batch 0, a copy of the checkpoint, batches 1 and 2, then the copy put back."""
+    expected = _add_input(tmp_path / "in", 0)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
+    shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
+    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
+    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
+    shutil.rmtree(tmp_path / "chk")
+    shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
+    return expected
+
+
 def test_restored_checkpoint_over_the_same_input_skips_what_was_committed(
     spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
 ) -> None:
-    """The SQL and Kafka commit logs live inside this checkpoint (the default), so the older
-    copy brings an older log back too: the targets' own markers must carry the skip."""
+    """With the commit log outside the checkpoint, the replays are checked against the
+    input they were committed with, and skipped."""
     target, spec = case
-    expected = _add_input(tmp_path / "in", 0)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
-    shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
-    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    log = str(tmp_path / "log")
+    expected = _restore_after_first_batch(spark, spec, tmp_path, log)
+    writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
+    assert [(m.batch_id, m.status) for m in writer.metrics] == [(1, "skipped"), (2, "skipped")]
+    _assert_exactly_once(target, spec, expected)
 
-    shutil.rmtree(tmp_path / "chk")
-    shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
-    writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
-    # skipped by the driver (a decision or marker rows), or task by task by the markers
-    assert [m.batch_id for m in writer.metrics] == [1, 2]
+
+def test_restored_checkpoint_with_its_commit_log_inside_is_refused_or_skipped(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
+) -> None:
+    """SQL and Kafka keep their log inside the checkpoint by default: the older copy brings
+    an older log back, which cannot vouch for the replays' input. The markers show newer
+    batches, so the writer refuses; files keep the log next to the data and skip."""
+    from pyspark.errors import StreamingQueryException
+
+    target, spec = case
+    expected = _restore_after_first_batch(spark, spec, tmp_path, None)
+    before = target.committed(spec)
+    if spec.backend == "files":
+        writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+        assert [m.status for m in writer.metrics] == ["skipped", "skipped"]
+    else:
+        with pytest.raises(StreamingQueryException) as failure:
+            _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+        assert "put back from an older copy" in str(failure.value)
+        assert "commit_log=" in str(failure.value)
+    assert target.committed(spec) == before
     _assert_exactly_once(target, spec, expected)
 
 
@@ -190,15 +220,8 @@ def test_restored_checkpoint_over_other_input_is_refused(
 
     target, spec = case
     log = str(tmp_path / "log")  # outside the checkpoint: the copy put back leaves it alone
-    expected = _add_input(tmp_path / "in", 0)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
-    shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
-    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
+    expected = _restore_after_first_batch(spark, spec, tmp_path, log)
     before = target.committed(spec)
-
-    shutil.rmtree(tmp_path / "chk")
-    shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
     with pytest.raises(StreamingQueryException) as failure:
         _run(
             spark,
