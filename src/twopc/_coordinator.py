@@ -351,7 +351,7 @@ class Coordinator:
             else:
                 # Also after a restart in a mode that commits in the task: the decision was
                 # made for prepared work, which only a commit makes visible.
-                self._commit_decision(decision, fire_faults=False)
+                self._commit_decision(decision, recovering=True)
             stats.committed += len(decision.committables)
         earlier = self._runs_before_this_process()
         if self.sink.capabilities.recover or any(run.recover for run in earlier):
@@ -409,7 +409,18 @@ class Coordinator:
                     for c in to_abort
                 ),
             )
-            self.sink.abort_prepared(to_abort)
+            if self.faults:
+                # one by one, so a crash can land between two aborts
+                for index, committable in enumerate(to_abort):
+                    point = (
+                        CrashPoint.RECOVERY_BETWEEN_ABORTS
+                        if index
+                        else CrashPoint.RECOVERY_BEFORE_ABORT
+                    )
+                    self._fire(point, committable.batch_id)
+                    self.sink.abort_prepared([committable])
+            else:
+                self.sink.abort_prepared(to_abort)
         return len(to_abort)
 
     # -- one batch -----------------------------------------------------------------------
@@ -509,7 +520,7 @@ class Coordinator:
         decided_at = time.monotonic()
         self._fire(CrashPoint.AFTER_DECISION, batch_id)
 
-        retries = 0 if in_task else self._commit_decision(decision, fire_faults=True)
+        retries = 0 if in_task else self._commit_decision(decision)
         if in_task:
             self.commit_log.mark_done(query_id, batch_id)
         committed_at = time.monotonic()
@@ -748,11 +759,16 @@ class Coordinator:
                 batch_id,
             )
 
-    def _commit_decision(self, decision: Decision, *, fire_faults: bool) -> int:
+    def _commit_decision(self, decision: Decision, *, recovering: bool = False) -> int:
+        """Commit a decided batch partition by partition, then mark it done; idempotent,
+        so recovery may run it again after a crash anywhere in it."""
         retries = 0
+        if recovering:
+            self._fire(CrashPoint.RECOVERY_BEFORE_COMMIT, decision.batch_id)
+        between = CrashPoint.RECOVERY_BETWEEN_COMMITS if recovering else CrashPoint.BETWEEN_COMMITS
         for index, committable in enumerate(decision.committables):
-            if fire_faults and index == 1:
-                self._fire(CrashPoint.BETWEEN_COMMITS, decision.batch_id)
+            if index == 1:
+                self._fire(between, decision.batch_id)
             retries += self._commit_all([committable])
         self.commit_log.mark_done(decision.query_id, decision.batch_id)
         return retries

@@ -63,18 +63,42 @@ class CrashPoint(Enum):
     """Driver: the first partition committed, the others not."""
     AFTER_COMMIT = "after_commit"
     """Driver: every partition committed, before Spark records the batch (``commits/N``)."""
+    RECOVERY_BEFORE_COMMIT = "recovery_before_commit"
+    """Driver, recovery: a decided, unfinished batch found; none of it committed yet."""
+    RECOVERY_BETWEEN_COMMITS = "recovery_between_commits"
+    """Driver, recovery: the decided batch's first partition committed, the others not."""
+    RECOVERY_BEFORE_ABORT = "recovery_before_abort"
+    """Driver, recovery: undecided prepared work of the batch found; none of it aborted."""
+    RECOVERY_BETWEEN_ABORTS = "recovery_between_aborts"
+    """Driver, recovery: the first undecided unit of the batch aborted, the others not."""
 
     @property
     def on_driver(self) -> bool:
         return self in _DRIVER_POINTS
 
+    @property
+    def in_recovery(self) -> bool:
+        """Fires only while recovery finishes or aborts what an earlier crash left, so a
+        test reaches it with a crash first (the ``batch`` filter names the recovered batch).
+        """
+        return self in _RECOVERY_POINTS
 
+
+_RECOVERY_POINTS = frozenset(
+    {
+        CrashPoint.RECOVERY_BEFORE_COMMIT,
+        CrashPoint.RECOVERY_BETWEEN_COMMITS,
+        CrashPoint.RECOVERY_BEFORE_ABORT,
+        CrashPoint.RECOVERY_BETWEEN_ABORTS,
+    }
+)
 _DRIVER_POINTS = frozenset(
     {
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_DECISION,
         CrashPoint.BETWEEN_COMMITS,
         CrashPoint.AFTER_COMMIT,
+        *_RECOVERY_POINTS,
     }
 )
 

@@ -164,7 +164,12 @@ def test_driver_points() -> None:
         CrashPoint.AFTER_DECISION,
         CrashPoint.BETWEEN_COMMITS,
         CrashPoint.AFTER_COMMIT,
+        CrashPoint.RECOVERY_BEFORE_COMMIT,
+        CrashPoint.RECOVERY_BETWEEN_COMMITS,
+        CrashPoint.RECOVERY_BEFORE_ABORT,
+        CrashPoint.RECOVERY_BETWEEN_ABORTS,
     }
+    assert {p for p in CrashPoint if p.in_recovery} < driver
 
 
 def test_plans_pickle() -> None:

@@ -1,0 +1,70 @@
+"""Crashes while recovery runs: a first crash leaves a batch decided-but-unfinished (or
+prepared-but-undecided), then the restarts die a second and a third time inside recovery,
+at its crash points, before a clean restart. The targets must then hold every row exactly
+once with nothing prepared or staged: recovery is idempotent and converges.
+
+The query is the chaos campaign's local-engine query (no JVM), on the real services. The
+recovery crash points apply to sinks that commit on the driver (files, SQL ``two_phase``);
+for sinks that commit in the task, recovery only marks the commit log, so a crash there
+leaves the state the first crash left.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.sinks import SinkSpec
+from tests.chaos.targets import Target, make_target
+from tests.helpers import run_process
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+BATCHES, PARTITIONS, ROWS = 3, 3, 10
+EXPECTED = {
+    b * 1000 + p * ROWS + i for b in range(BATCHES) for p in range(PARTITIONS) for i in range(ROWS)
+}
+CASES = [("files", "parquet"), ("postgres", "two_phase"), ("mysql", "two_phase")]
+SEQUENCES = {
+    "commit": ["after_decision", "recovery_between_commits", "recovery_before_commit"],
+    "abort": ["before_decision", "recovery_between_aborts", "recovery_before_abort"],
+}
+
+
+@pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
+    backend, mode = request.param
+    env = {}
+    if backend == "postgres":
+        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
+    elif backend == "mysql":
+        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
+    target = make_target(backend, env)
+    spec = target.prepare(f"rc-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=1)
+    yield target, spec
+    target.cleanup(spec)
+
+
+@pytest.mark.parametrize("sequence", list(SEQUENCES))
+def test_two_crashes_inside_recovery_then_exactly_once(
+    tmp_path: Path, case: tuple[Target, SinkSpec], sequence: str
+) -> None:
+    target, spec = case
+    args = ["-m", "tests.chaos.query", spec.dumps(), str(tmp_path / "chk")]
+    args += [str(BATCHES), str(PARTITIONS), str(ROWS), "1"]
+    for point in SEQUENCES[sequence]:
+        crashed = run_process(args, faults=f"{point}:kill@batch=1", timeout=180)
+        assert crashed.returncode == -signal.SIGKILL, (point, crashed.stderr[-2000:])
+        seen = target.committed(spec)
+        assert max(seen.values(), default=1) == 1, f"duplicates after the crash at {point}"
+    finished = run_process(args, timeout=180)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    seen = target.committed(spec)
+    assert sorted(i for i, n in seen.items() if n > 1) == []
+    assert set(seen) == EXPECTED
+    assert target.leftovers(spec) == []
