@@ -48,8 +48,10 @@ __all__ = ["MySQLSink", "quote_identifier"]
 _STAGING_PREFIX = "twopc_stage_"
 
 # client errors (can't connect, server gone, lost connection), lock wait timeout, deadlock,
-# server shutdown: retrying may help
-_TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927})
+# server shutdown: retrying may help. 1440 (XAER_DUPID): the XID is still active on the
+# connection of a killed attempt of the same task (a stopped or crashed query's dying
+# worker); the task's retry runs as a new attempt, under a new XID.
+_TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927, 1440})
 _XAER_NOTA = 1397
 _CSV_OPTIONS = pacsv.WriteOptions(
     include_header=False, null_string="NULL", quoting_style="all_valid"

@@ -8,11 +8,8 @@ Checks read the targets (``tests.chaos.targets``), never twopc's own log.
 
 from __future__ import annotations
 
-import json
 import shutil
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,93 +18,10 @@ import pytest
 
 import twopc
 from tests.chaos.sinks import SinkSpec, build_sink
-from tests.chaos.targets import Target, make_target
+from tests.chaos.targets import Target
+from tests.e2e.backend_cases import SCHEMA, add_input, assert_exactly_once, run_query
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-
-CASES = [
-    ("files", "parquet"),
-    ("postgres", "transaction"),
-    ("postgres", "two_phase"),
-    ("mysql", "transaction"),
-    ("mysql", "two_phase"),
-    ("kafka", "per_partition"),
-    ("kafka", "atomic"),
-]
-SCHEMA = "id long, payload string"
-ROWS_PER_FILE = 40
-
-
-@pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
-def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
-    backend, mode = request.param
-    env = {}
-    if backend == "postgres":
-        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
-    elif backend == "mysql":
-        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
-    elif backend == "kafka":
-        env["KAFKA_BOOTSTRAP_SERVERS"] = request.getfixturevalue("kafka_bootstrap")
-    target = make_target(backend, env)
-    spec = target.prepare(f"rq-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=3)
-    yield target, spec
-    target.cleanup(spec)
-
-
-def _add_input(directory: Path, index: int) -> set[int]:
-    directory.mkdir(parents=True, exist_ok=True)
-    ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
-    lines = [json.dumps({"id": i, "payload": f"p{i}"}) for i in ids]
-    (directory / f"in-{index:04d}.json").write_text("\n".join(lines) + "\n")
-    return set(ids)
-
-
-def _run(
-    spark: Any,
-    spec: SinkSpec,
-    source: Path,
-    checkpoint: Path,
-    *,
-    partitions: int,
-    files_per_trigger: int = 1,
-    sink: twopc.Sink[Any] | None = None,
-    commit_log: str | None = None,
-) -> twopc.SparkBatchWriter:
-    from pyspark.sql import functions as F
-
-    frame = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", files_per_trigger)
-        .json(str(source))
-        .repartition(partitions, "id")
-    )
-    if spec.backend == "kafka":
-        frame = frame.withColumn("key", F.col("id").cast("string"))
-    writer = twopc.foreach_batch(
-        sink or build_sink(spec),
-        sink_id=spec.sink_id,
-        commit_log=commit_log or spec.commit_log(str(checkpoint)),
-    )
-    query = (
-        frame.writeStream.option("checkpointLocation", str(checkpoint))
-        .foreachBatch(writer)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    finally:
-        writer.close()
-    return writer
-
-
-def _assert_exactly_once(target: Target, spec: SinkSpec, expected: set[int]) -> None:
-    seen = target.committed(spec)
-    duplicates = sorted(i for i, n in seen.items() if n > 1)
-    missing = sorted(expected - set(seen))
-    extra = sorted(set(seen) - expected)
-    assert (duplicates[:10], missing[:10], extra[:10]) == ([], [], [])
-    assert target.leftovers(spec) == []
 
 
 def test_rescaled_between_restarts(
@@ -117,10 +31,10 @@ def test_rescaled_between_restarts(
     target, spec = case
     expected: set[int] = set()
     for index, partitions in enumerate([2, 8, 1, 12]):
-        expected |= _add_input(tmp_path / "in", index)
-        writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=partitions)
+        expected |= add_input(tmp_path / "in", index)
+        writer = run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=partitions)
         assert [m.status for m in writer.metrics] == ["committed"]
-    _assert_exactly_once(target, spec, expected)
+    assert_exactly_once(target, spec, expected)
 
 
 def test_rescaled_before_the_first_commit(
@@ -131,7 +45,7 @@ def test_rescaled_before_the_first_commit(
     from pyspark.errors import StreamingQueryException
 
     target, spec = case
-    expected = _add_input(tmp_path / "in", 0)
+    expected = add_input(tmp_path / "in", 0)
     sink = build_sink(spec)
     faults = twopc.FaultPlan.parse("before_begin:raise@batch=0")
     from pyspark.sql import functions as F
@@ -157,19 +71,19 @@ def test_rescaled_before_the_first_commit(
     writer.close()
     assert target.committed(spec) == Counter()
 
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
-    _assert_exactly_once(target, spec, expected)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    assert_exactly_once(target, spec, expected)
 
 
 def _restore_after_first_batch(
     spark: Any, spec: SinkSpec, tmp_path: Path, commit_log: str | None
 ) -> set[int]:
     """Batch 0, a copy of the checkpoint, batches 1 and 2, then the copy put back."""
-    expected = _add_input(tmp_path / "in", 0)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
+    expected = add_input(tmp_path / "in", 0)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
     shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
-    expected |= _add_input(tmp_path / "in", 1) | _add_input(tmp_path / "in", 2)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
+    expected |= add_input(tmp_path / "in", 1) | add_input(tmp_path / "in", 2)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
     shutil.rmtree(tmp_path / "chk")
     shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
     return expected
@@ -183,9 +97,9 @@ def test_restored_checkpoint_over_the_same_input_skips_what_was_committed(
     target, spec = case
     log = str(tmp_path / "log")
     expected = _restore_after_first_batch(spark, spec, tmp_path, log)
-    writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
+    writer = run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=log)
     assert [(m.batch_id, m.status) for m in writer.metrics] == [(1, "skipped"), (2, "skipped")]
-    _assert_exactly_once(target, spec, expected)
+    assert_exactly_once(target, spec, expected)
 
 
 def test_restored_checkpoint_with_its_commit_log_inside_is_refused_or_skipped(
@@ -200,15 +114,15 @@ def test_restored_checkpoint_with_its_commit_log_inside_is_refused_or_skipped(
     expected = _restore_after_first_batch(spark, spec, tmp_path, None)
     before = target.committed(spec)
     if spec.backend == "files":
-        writer = _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+        writer = run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
         assert [m.status for m in writer.metrics] == ["skipped", "skipped"]
     else:
         with pytest.raises(StreamingQueryException) as failure:
-            _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+            run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
         assert "put back from an older copy" in str(failure.value)
         assert "commit_log=" in str(failure.value)
     assert target.committed(spec) == before
-    _assert_exactly_once(target, spec, expected)
+    assert_exactly_once(target, spec, expected)
 
 
 def test_restored_checkpoint_over_other_input_is_refused(
@@ -223,7 +137,7 @@ def test_restored_checkpoint_over_other_input_is_refused(
     expected = _restore_after_first_batch(spark, spec, tmp_path, log)
     before = target.committed(spec)
     with pytest.raises(StreamingQueryException) as failure:
-        _run(
+        run_query(
             spark,
             spec,
             tmp_path / "in",
@@ -236,7 +150,7 @@ def test_restored_checkpoint_over_other_input_is_refused(
     assert "batch 1 of query" in message
     assert "other input" in message
     assert target.committed(spec) == before
-    _assert_exactly_once(target, spec, expected)
+    assert_exactly_once(target, spec, expected)
 
 
 def _renamed_sink(spec: SinkSpec) -> twopc.Sink[Any]:
@@ -262,13 +176,13 @@ def test_restart_with_changed_naming_options(
     spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
 ) -> None:
     target, spec = case
-    expected = _add_input(tmp_path / "in", 0)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
-    expected |= _add_input(tmp_path / "in", 1)
-    writer = _run(
+    expected = add_input(tmp_path / "in", 0)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    expected |= add_input(tmp_path / "in", 1)
+    writer = run_query(
         spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, sink=_renamed_sink(spec)
     )
     assert [m.status for m in writer.metrics] == ["committed"]
-    expected |= _add_input(tmp_path / "in", 2)
-    _run(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=3)
-    _assert_exactly_once(target, spec, expected)
+    expected |= add_input(tmp_path / "in", 2)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=3)
+    assert_exactly_once(target, spec, expected)

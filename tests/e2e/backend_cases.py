@@ -1,0 +1,131 @@
+"""Every backend and mode as a test case: a fresh target per test, the input files, a
+``foreachBatch`` query through the in-process Spark session, and the exactly-once check read
+from the target (``tests.chaos.targets``), never from twopc's own log."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import twopc
+from tests.chaos.sinks import SinkSpec, build_sink
+from tests.chaos.targets import Target, make_target
+
+CASES = [
+    ("files", "parquet"),
+    ("postgres", "transaction"),
+    ("postgres", "two_phase"),
+    ("mysql", "transaction"),
+    ("mysql", "two_phase"),
+    ("kafka", "per_partition"),
+    ("kafka", "atomic"),
+]
+SCHEMA = "id long, payload string"
+ROWS_PER_FILE = 40
+
+
+@pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
+    backend, mode = request.param
+    env = {}
+    if backend == "postgres":
+        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
+    elif backend == "mysql":
+        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
+    elif backend == "kafka":
+        env["KAFKA_BOOTSTRAP_SERVERS"] = request.getfixturevalue("kafka_bootstrap")
+    target = make_target(backend, env)
+    spec = target.prepare(f"rq-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=3)
+    yield target, spec
+    target.cleanup(spec)
+
+
+def add_input(directory: Path, index: int) -> set[int]:
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
+    lines = [json.dumps({"id": i, "payload": f"p{i}"}) for i in ids]
+    (directory / f"in-{index:04d}.json").write_text("\n".join(lines) + "\n")
+    return set(ids)
+
+
+def start_query(
+    spark: Any,
+    spec: SinkSpec,
+    source: Path,
+    checkpoint: Path,
+    *,
+    partitions: int,
+    files_per_trigger: int = 1,
+    sink: twopc.Sink[Any] | None = None,
+    commit_log: str | None = None,
+    faults: str | None = None,
+    trigger: dict[str, Any] | None = None,
+) -> tuple[Any, twopc.SparkBatchWriter]:
+    """Start the query (``availableNow`` unless ``trigger`` says otherwise); returns the
+    StreamingQuery and its writer."""
+    from pyspark.sql import functions as F
+
+    frame = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .json(str(source))
+        .repartition(partitions, "id")
+    )
+    if spec.backend == "kafka":
+        frame = frame.withColumn("key", F.col("id").cast("string"))
+    writer = twopc.foreach_batch(
+        sink or build_sink(spec),
+        sink_id=spec.sink_id,
+        commit_log=commit_log or spec.commit_log(str(checkpoint)),
+        faults=twopc.FaultPlan.parse(faults) if faults else twopc.FaultPlan(),
+    )
+    query = (
+        frame.writeStream.option("checkpointLocation", str(checkpoint))
+        .foreachBatch(writer)
+        .trigger(**(trigger or {"availableNow": True}))
+        .start()
+    )
+    return query, writer
+
+
+def run_query(
+    spark: Any,
+    spec: SinkSpec,
+    source: Path,
+    checkpoint: Path,
+    *,
+    partitions: int,
+    files_per_trigger: int = 1,
+    sink: twopc.Sink[Any] | None = None,
+    commit_log: str | None = None,
+) -> twopc.SparkBatchWriter:
+    """Run the query over what ``source`` holds, until it has nothing left."""
+    query, writer = start_query(
+        spark,
+        spec,
+        source,
+        checkpoint,
+        partitions=partitions,
+        files_per_trigger=files_per_trigger,
+        sink=sink,
+        commit_log=commit_log,
+    )
+    try:
+        query.awaitTermination()
+    finally:
+        writer.close()
+    return writer
+
+
+def assert_exactly_once(target: Target, spec: SinkSpec, expected: set[int]) -> None:
+    seen = target.committed(spec)
+    duplicates = sorted(i for i, n in seen.items() if n > 1)
+    missing = sorted(expected - set(seen))
+    extra = sorted(set(seen) - expected)
+    assert (duplicates[:10], missing[:10], extra[:10]) == ([], [], [])
+    assert target.leftovers(spec) == []

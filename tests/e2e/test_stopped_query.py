@@ -1,0 +1,65 @@
+"""``query.stop()`` while a batch is in phase 1 and while it commits, then a restart: every
+row exactly once and nothing prepared, staged or open, on every backend and mode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.sinks import SinkSpec
+from tests.chaos.targets import Target
+from tests.e2e.backend_cases import add_input, assert_exactly_once, run_query, start_query
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+# Where batch 1 stalls while the test stops the query: a task in phase 1, or the driver
+# between the decision and the commit (sinks that commit in the task have committed then).
+STALLS = {
+    "phase1": "after_invoke:sleep=6@batch=1,partition=1",
+    "commit": "after_decision:sleep=4@batch=1",
+}
+
+
+def _stop_during_batch_1(query: Any, writer: Any, stall_seconds: float) -> None:
+    """Stop the query once batch 0 is done and batch 1 has been stalled for a while."""
+    deadline = time.monotonic() + 120
+    while not any(m.batch_id == 0 and m.status != "failed" for m in writer.metrics):
+        assert time.monotonic() < deadline, "batch 0 never finished"
+        assert query.isActive, f"the query ended early: {query.exception()}"
+        time.sleep(0.2)
+    time.sleep(min(2.0, stall_seconds / 2))
+    stopper = threading.Thread(target=query.stop)
+    stopper.start()
+    stopper.join(timeout=120)
+    assert not stopper.is_alive(), "query.stop() did not return"
+
+
+@pytest.mark.parametrize("where", list(STALLS))
+def test_stop_during_a_batch_then_restart(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec], where: str
+) -> None:
+    target, spec = case
+    expected = add_input(tmp_path / "in", 0) | add_input(tmp_path / "in", 1)
+    query, writer = start_query(
+        spark,
+        spec,
+        tmp_path / "in",
+        tmp_path / "chk",
+        partitions=2,
+        faults=STALLS[where],
+        trigger={"processingTime": "100 milliseconds"},
+    )
+    try:
+        _stop_during_batch_1(query, writer, 6.0)
+    finally:
+        writer.close()
+    seen = target.committed(spec)
+    assert max(seen.values(), default=1) == 1  # whatever is visible is there once
+
+    expected |= add_input(tmp_path / "in", 2)
+    run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+    assert_exactly_once(target, spec, expected)
