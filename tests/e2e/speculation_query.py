@@ -1,0 +1,84 @@
+"""Queries with ``spark.speculation=true`` on a standalone cluster, one application for all
+cases (a Spark start costs more than a case).
+
+``python tests/e2e/speculation_query.py MASTER CASES_JSON``: each case is an object with a
+chaos ``spec`` (JSON), the ``faults`` that make one task slow, an ``input`` directory and a
+``checkpoint``. One JSON line per case on stdout: the attempts each partition's report came
+from, the batch status, or the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    master, cases_json = sys.argv[1:3]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import twopc
+    from tests.chaos.sinks import SinkSpec, build_sink
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("twopc-speculation")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executor.cores", "1")
+        .config("spark.cores.max", "2")
+        .config("spark.executor.memory", "512m")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.speculation", "true")
+        .config("spark.speculation.interval", "100ms")
+        .config("spark.speculation.multiplier", "1.5")
+        .config("spark.speculation.quantile", "0.5")
+        .config("spark.speculation.minTaskRuntime", "200ms")
+        .config("spark.speculation.efficiency.enabled", "false")
+        .config("spark.task.maxFailures", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for case in json.loads(cases_json):
+        spec = SinkSpec.loads(case["spec"])
+        frame = (
+            spark.readStream.schema("id long, payload string")
+            .json(case["input"])
+            .repartition(2, "id")
+        )
+        if spec.backend == "kafka":
+            frame = frame.withColumn("key", F.col("id").cast("string"))
+        writer = twopc.foreach_batch(
+            build_sink(spec),
+            sink_id=spec.sink_id,
+            commit_log=spec.commit_log(case["checkpoint"]),
+            faults=twopc.FaultPlan.parse(case["faults"]),
+        )
+        query = (
+            frame.writeStream.option("checkpointLocation", case["checkpoint"])
+            .foreachBatch(writer)
+            .trigger(availableNow=True)
+            .start()
+        )
+        result: dict[str, object] = {"sink_id": spec.sink_id}
+        try:
+            query.awaitTermination()
+            last = writer.last_metrics
+            result["status"] = last.status if last else "none"
+            result["attempts"] = {t.partition: t.attempt for t in last.tasks} if last else {}
+        except Exception as exc:
+            result["error"] = str(exc)[-3000:]
+        finally:
+            writer.close()
+        print(json.dumps(result), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Speculative task attempts on real Spark (``spark.speculation=true``, a standalone cluster
+with executors on two hosts): one slow task gets a speculative copy, exactly one attempt of
+each partition is committed, and whatever the losing attempt prepared is gone when the batch
+ends, both when attempt 0 loses and when the speculative copy loses."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.sinks import SinkSpec
+from tests.chaos.targets import Target, make_target
+from tests.e2e.backend_cases import add_input
+from tests.e2e.standalone import standalone_cluster
+from tests.helpers import run_process
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+
+CASES = [
+    ("files", "parquet"),
+    ("postgres", "two_phase"),
+    ("mysql", "two_phase"),
+    ("postgres", "transaction"),
+    ("kafka", "per_partition"),
+]
+# Partition 1 is slow. "attempt 0 loses": it stalls long before preparing, and its copy
+# finishes first. "the copy loses": attempt 0 stalls briefly, the copy prepares and then
+# stalls for long, so attempt 0 reports first and the copy is killed holding prepared work.
+LOSERS = {
+    "attempt0-loses": "after_invoke:sleep=25@batch=0,partition=1,attempt=0",
+    "copy-loses": (
+        "after_invoke:sleep=4@batch=0,partition=1,attempt=0;"
+        "after_pre_commit:sleep=25@batch=0,partition=1,attempt=1"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with standalone_cluster(tmp_path_factory.mktemp("standalone")) as url:
+        yield url
+
+
+def _env(request: pytest.FixtureRequest, backend: str) -> dict[str, str]:
+    if backend == "postgres":
+        return {"POSTGRES_DSN": request.getfixturevalue("postgres_dsn")}
+    if backend == "mysql":
+        return {"MYSQL_DSN": request.getfixturevalue("mysql_dsn")}
+    if backend == "kafka":
+        return {"KAFKA_BOOTSTRAP_SERVERS": request.getfixturevalue("kafka_bootstrap")}
+    return {}
+
+
+def test_speculative_copies_commit_exactly_one_attempt(
+    request: pytest.FixtureRequest, tmp_path: Path, cluster: str
+) -> None:
+    runs: list[tuple[Target, SinkSpec, set[int], str]] = []
+    payload: list[dict[str, Any]] = []
+    for backend, mode in CASES:
+        target = make_target(backend, _env(request, backend))
+        for loser, faults in LOSERS.items():
+            name = f"sp-{uuid.uuid4().hex[:10]}"
+            spec = target.prepare(name, mode, tmp_path / name, kafka_partitions=2)
+            expected = add_input(tmp_path / name / "in", 0)
+            runs.append((target, spec, expected, f"{backend}-{mode}-{loser}"))
+            payload.append(
+                {
+                    "spec": spec.dumps(),
+                    "faults": faults,
+                    "input": str(tmp_path / name / "in"),
+                    "checkpoint": str(tmp_path / name / "chk"),
+                }
+            )
+    try:
+        result = run_process(
+            ["tests/e2e/speculation_query.py", cluster, json.dumps(payload)], timeout=900
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        reports = {e["sink_id"]: e for e in result.events}
+        for target, spec, expected, label in runs:
+            report = reports[spec.sink_id]
+            assert "error" not in report, (label, report)
+            seen = target.committed(spec)
+            assert (label, sorted(i for i, n in seen.items() if n > 1)) == (label, [])
+            assert (label, set(seen)) == (label, expected)
+            # cleaned up in the same batch: this query ran no other batch
+            assert (label, target.leftovers(spec)) == (label, [])
+            if "attempt0-loses" in label:  # the copy really ran, and won
+                assert (label, report["attempts"]["1"]) != (label, 0)
+    finally:
+        for target, spec, _, _ in runs:
+            target.cleanup(spec)
