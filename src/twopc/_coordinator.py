@@ -24,6 +24,7 @@ from twopc.errors import (
     BatchFailedError,
     CheckpointMismatchError,
     CommitError,
+    CommitStateUnknownError,
     PermanentSinkError,
     ReplayMismatchError,
     SinkError,
@@ -476,6 +477,7 @@ class Coordinator:
             started_at=time.time(),
         )
         self._check_replay_shape(runs, run, query_id, batch_id)
+        self._check_markers_kept(runs, query_id, batch_id)
         self.commit_log.record_run(query_id, batch_id, run)
 
         task = Phase1Task(
@@ -626,6 +628,39 @@ class Coordinator:
             "start from a new checkpoint location; keep the commit log outside the "
             "checkpoint (commit_log=...) if you restore checkpoints from copies (see "
             "docs/operations.md, 'An older checkpoint restored')",
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+        )
+
+    def _check_markers_kept(
+        self, runs: Sequence[BatchRun], query_id: str, batch_id: int
+    ) -> None:
+        """A replayed batch whose tasks may have committed relies on the target's markers
+        to skip those partitions. If even the previous batch's markers are gone (Kafka
+        marker groups expire after ``offsets.retention.minutes`` while a query is down),
+        nobody can tell which partitions committed: refuse rather than write them twice."""
+        earlier = [r for r in runs if r.committed_in_task]
+        if not earlier or batch_id == 0:
+            return
+        previous = self.commit_log.decision(query_id, batch_id - 1)
+        if previous is None or previous.committed_in_task is False:
+            return
+        scope = RecoveryScope(self.sink_id, query_id)
+        footprint = replace(earlier[-1].footprint, partitions=0)
+        seen = self.sink.committed_partitions(scope, batch_id - 1, footprint)
+        if seen is None or seen:
+            return
+        raise CommitStateUnknownError(
+            f"batch {batch_id} of query {query_id} crashed after some of its tasks may have "
+            f"committed, and the target no longer shows markers even for batch "
+            f"{batch_id - 1}, which committed: they were deleted or expired while the query "
+            "was down (Kafka marker groups expire after the broker's "
+            "offsets.retention.minutes). twopc cannot tell which partitions of batch "
+            f"{batch_id} committed, so it refuses to write them again. Check the target for "
+            f"batch {batch_id}'s rows; to write the batch again anyway (rows of partitions "
+            f"that had committed appear twice), delete "
+            f"{self.commit_log.url}/{query_id}/{batch_id:020d}.runs.json and restart (see "
+            "docs/operations.md, 'Long pauses')",
             sink_id=self.sink_id,
             batch_id=batch_id,
         )

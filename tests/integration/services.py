@@ -10,6 +10,7 @@ The fixtures in ``conftest.py`` wrap this; it is also usable on its own::
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,9 +72,12 @@ def parse_mysql_dsn(dsn: str) -> MysqlParams:
 class Services:
     """Thin wrapper over ``scripts/services``; every call waits until the command is done."""
 
-    def __init__(self, script: Path = SCRIPT, timeout: float = 600.0) -> None:
+    def __init__(
+        self, script: Path = SCRIPT, timeout: float = 600.0, env: dict[str, str] | None = None
+    ) -> None:
         self.script = script
         self.timeout = timeout
+        self.extra_env = dict(env or {})
 
     def _run(self, *args: str) -> str:
         try:
@@ -84,6 +88,7 @@ class Services:
                 text=True,
                 timeout=self.timeout,
                 check=False,
+                env={**os.environ, **self.extra_env} if self.extra_env else None,
             )
         except subprocess.TimeoutExpired as exc:
             raise ServiceError(f"scripts/services {' '.join(args)} timed out: {exc}") from exc
