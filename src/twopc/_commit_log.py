@@ -101,12 +101,9 @@ class BatchRun:
     started_at: float = 0.0
 
     def same_shape(self, other: BatchRun) -> bool:
-        """Same naming, input and partitions (where both runs know their partition count):
-        a replay that per-partition markers can skip partition by partition."""
-        if self.footprint.naming != other.footprint.naming or self.input != other.input:
-            return False
-        mine, theirs = self.footprint.partitions, other.footprint.partitions
-        return mine == theirs or not mine or not theirs
+        """Same naming, input and partition count (an unknown count, 0, matches only an
+        unknown one): a replay that per-partition markers can skip partition by partition."""
+        return (self.footprint, self.input) == (other.footprint, other.input)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +156,10 @@ class CommitLog:
         if any(_same_record(r, run) for r in runs):
             return runs
         runs.append(run)
+        self._write_runs(query_id, batch_id, runs)
+        return runs
+
+    def _write_runs(self, query_id: str, batch_id: int, runs: Sequence[BatchRun]) -> None:
         self._fs.makedirs(join(self._root, query_id), exist_ok=True)
         body = {"format": _LOG_FORMAT, "runs": [r.to_json() for r in runs]}
         atomic_write(
@@ -166,7 +167,14 @@ class CommitLog:
             self._path(query_id, batch_id, _RUNS_SUFFIX),
             json.dumps(body, sort_keys=True, indent=1).encode(),
         )
-        return runs
+
+    def replace_run(self, query_id: str, batch_id: int, old: BatchRun, new: BatchRun) -> None:
+        """Replace the recorded ``old`` run by ``new`` (a partition count learnt only from
+        phase 1's reports); appends ``new`` if ``old`` is not there."""
+        runs = [new if _same_record(r, old) else r for r in self.runs(query_id, batch_id)]
+        if not any(_same_record(r, new) for r in runs):
+            runs.append(new)
+        self._write_runs(query_id, batch_id, runs)
 
     def runs(self, query_id: str, batch_id: int) -> list[BatchRun]:
         """Every recorded run of the batch, oldest first; empty when none was recorded

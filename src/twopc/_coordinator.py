@@ -499,11 +499,12 @@ class Coordinator:
             raise
         written_at = time.monotonic()
         tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
-        if len(committables) != run.footprint.partitions:
-            # The engine could not tell (or over-estimated) the partition count up front.
-            self.commit_log.record_run(
+        if not run.footprint.partitions:
+            # The engine could not tell the partition count up front: the reports do.
+            self.commit_log.replace_run(
                 query_id,
                 batch_id,
+                run,
                 replace(run, footprint=replace(run.footprint, partitions=len(committables))),
             )
 

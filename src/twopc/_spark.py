@@ -41,12 +41,16 @@ class _SparkEngine:
         self._jobs: set[int] = set()
 
     def partition_count(self) -> int | None:
-        """Partitions of the batch's physical plan, before anything runs (with adaptive
-        execution: before coalescing, an upper bound); ``None`` where the plan does not say
-        (a file scan splits its files only when it runs)."""
+        """Partitions phase 1 will run, known before anything runs: the physical plan's
+        output partitioning (before adaptive execution coalesces: an upper bound), or, for a
+        plan without a shuffle (a scan), its RDD's partitions, which costs no job. ``None``
+        where neither can be read without running a job."""
         try:
-            plan = self._df._jdf.queryExecution().executedPlan()
+            execution = self._df._jdf.queryExecution()
+            plan = execution.sparkPlan()
             count = int(plan.outputPartitioning().numPartitions())
+            if count <= 0 and "Exchange" not in str(plan.treeString()):
+                count = int(self._df._jdf.rdd().getNumPartitions())
         except Exception:
             _log.debug("cannot read the batch's partition count from its plan", exc_info=True)
             return None

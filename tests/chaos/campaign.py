@@ -123,9 +123,11 @@ def print_mix(scenarios: Sequence[Scenario]) -> None:
     targets = Counter(f"{s.engine}:{s.service or s.target}" for s in scenarios)
     timings = Counter(s.timing for s in scenarios)
     backends = Counter(s.label for s in scenarios)
+    events = Counter(f"{s.engine}:{s.event}" for s in scenarios)
     print("mix: " + _counts(engines) + " | " + _counts(timings), flush=True)
     print("     targets " + _counts(targets), flush=True)
     print("     backends " + _counts(backends), flush=True)
+    print("     events " + _counts(events), flush=True)
 
 
 def _counts(counter: Counter[str]) -> str:
@@ -148,6 +150,12 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
     print("\nmean seconds per run by engine:target:timing")
     for kind, values in sorted(kinds.items()):
         print(f"  {kind:<34}{len(values):>6} runs {sum(values) / len(values):8.2f} s")
+    by_event: dict[str, list[RunResult]] = defaultdict(list)
+    for r in results:
+        by_event[f"{r.scenario.engine}:{r.scenario.event}"].append(r)
+    print("\nruns by engine:event (passed/runs)")
+    for kind, group in sorted(by_event.items()):
+        print(f"  {kind:<24}{sum(r.passed for r in group):>6}/{len(group)}")
     spark = sum(1 for r in results if r.scenario.engine == "spark")
     print(
         f"\n{len(results)} runs ({len(results) - spark} local engine, {spark} Spark) in "

@@ -19,12 +19,22 @@ from tests.e2e.local_query import make_batches
 from twopc.local import LocalStream, foreach_batch
 
 
-def input_batches(backend: str, batches: int, partitions: int, rows: int) -> list[list[pa.Table]]:
-    """The input; Kafka records get the id as their key."""
+def input_batches(
+    backend: str, batches: int, partitions: int, rows: int, split: int = 0
+) -> list[list[pa.Table]]:
+    """The input; Kafka records get the id as their key. ``split`` re-splits every batch's
+    rows into that many partitions (by id): the same rows, another partition count."""
     data = make_batches(batches, partitions, rows)
+    if split and split != partitions:
+        data = [_resplit(pa.concat_tables(b), split) for b in data]
     if backend != "kafka":
         return data
     return [[t.append_column("key", pc.cast(t["id"], pa.string())) for t in b] for b in data]
+
+
+def _resplit(table: pa.Table, count: int) -> list[pa.Table]:
+    remainder = pc.remainder(table["id"], count)
+    return [table.filter(pc.equal(remainder, p)) for p in range(count)]
 
 
 def run_query(
@@ -35,8 +45,9 @@ def run_query(
     partitions: int,
     rows: int,
     max_attempts: int,
+    split: int = 0,
 ) -> None:
-    stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows))
+    stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows, split))
     writer = foreach_batch(
         build_sink(spec),
         spec.sink_id,

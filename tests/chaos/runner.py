@@ -22,6 +22,7 @@ from tests.chaos import procs
 from tests.chaos.query import run_query
 from tests.chaos.scenario import Scenario
 from tests.chaos.sinks import SinkSpec
+from tests.chaos.spark_query import STOP_AFTER_ENV
 from tests.chaos.targets import Target, make_target
 from tests.integration.services import Services
 
@@ -29,6 +30,7 @@ LOCAL_TIMEOUT = 90.0
 SPARK_TIMEOUT = 300.0
 FAULT_LOG_LINE = "fault injection:"  # what twopc.faults logs when a rule fires
 SPARK_STARTED = '"event": "query-started"'
+RESHAPE_REFUSED = "ReplayMismatchError"  # a partly committed batch replayed in a new shape
 
 
 @dataclass
@@ -94,6 +96,8 @@ class Runner:
             spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
             if self.factory:
                 spec = replace(spec, factory=self.factory)
+            if scenario.event == "restore":
+                spec = replace(spec, log_outside=True)  # as docs/operations.md advises
             completed = self._attempts(scenario, target, spec, run_dir, result)
             self._check(scenario, target, spec, completed, result)
         except Exception as exc:  # a broken check or service counts as a failed run
@@ -122,11 +126,22 @@ class Runner:
     ) -> bool:
         if scenario.engine == "spark":
             _write_spark_input(scenario, run_dir / "in")
+        # The restarts' shape: the event's (rescale, rename), except right after a refused
+        # replay in the new shape, when the operator restarts once as before (the docs' advice).
+        reshaped = (
+            spec.renamed() if scenario.event == "rename" else spec,
+            scenario.partitions_after or scenario.partitions,
+        )
+        original = (spec, scenario.partitions)
+        shape, restored = original, False
         for index in range(self.max_restarts):
             first = index == 0
             log = run_dir / f"attempt-{index}.log"
             faults = scenario.fault if first and scenario.timing == "point" else None
-            attempt = self._start(scenario, spec, run_dir, log, {"TWOPC_FAULTS": faults})
+            environ: dict[str, str | None] = {"TWOPC_FAULTS": faults}
+            if index == 1 and scenario.event == "stop":
+                environ[STOP_AFTER_ENV] = f"{scenario.stop_delay:g}"
+            attempt = self._start(scenario, shape[0], run_dir, log, environ, partitions=shape[1])
             injector = _Injector(self, scenario, target, attempt, log) if first else None
             timeout = SPARK_TIMEOUT if scenario.engine == "spark" else LOCAL_TIMEOUT
             try:
@@ -143,6 +158,16 @@ class Runner:
                 result.injected = injector.hit if injector and injector.delayed else fired
                 if scenario.target == "service" and scenario.timing == "point":
                     self.bounce(target, scenario.downtime)
+                if scenario.event == "restore" and (run_dir / "chk").exists():
+                    shutil.copytree(run_dir / "chk", run_dir / "chk-copy")
+            refused = code != 0 and RESHAPE_REFUSED in log.read_text(errors="replace")
+            shape = original if refused else reshaped
+            if code == 0 and (run_dir / "chk-copy").exists() and not restored:
+                # the query finished: put the older checkpoint back and run it again
+                shutil.rmtree(run_dir / "chk")
+                (run_dir / "chk-copy").rename(run_dir / "chk")
+                restored = True
+                continue
             if code == 0:
                 return True
             if scenario.service:
@@ -157,6 +182,8 @@ class Runner:
         run_dir: Path,
         log: Path,
         environ: dict[str, str | None],
+        *,
+        partitions: int,
     ) -> procs.Attempt:
         checkpoint = str(run_dir / "chk")
         if scenario.engine == "local":
@@ -168,6 +195,7 @@ class Runner:
                     partitions=scenario.partitions,
                     rows=scenario.rows,
                     max_attempts=scenario.max_attempts,
+                    split=partitions,
                 ),
                 log,
                 environ,
@@ -184,7 +212,7 @@ class Runner:
             "--master",
             scenario.master,
             "--partitions",
-            str(scenario.partitions),
+            str(partitions),
         ]
         return procs.spawn(args, log, environ)
 

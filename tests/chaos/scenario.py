@@ -57,6 +57,15 @@ SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
 POINT_SHARE = 0.6
 """Share of runs timed by a named crash point; the rest are killed after a random delay."""
 
+EVENTS = ("none", "rescale", "rename", "restore", "stop")
+"""Operational events between the crash and the restarts (docs/operations.md, 'Outside the
+happy path'): the restarts run with another partition count (``rescale``) or another naming
+option (``rename``: a Kafka transactional.id prefix, the other SQL transaction mode); the
+checkpoint is copied after the crash and put back once the query has finished, then the
+query runs again (``restore``); the second attempt is stopped with ``query.stop()`` after a
+random delay (``stop``, Spark only)."""
+EVENT_WEIGHTS = {"none": 0.55, "rescale": 0.15, "rename": 0.1, "restore": 0.1, "stop": 0.1}
+
 
 @dataclass(frozen=True)
 class Options:
@@ -103,6 +112,9 @@ class Scenario:
     downtime: float = 0.0
     victim: int = 0  # which task process / executor JVM to kill, among those alive
     master: str = "local[2]"
+    event: str = "none"  # see EVENTS
+    partitions_after: int = 0  # the restarts' partition count (rescale); 0: unchanged
+    stop_delay: float = 0.0  # seconds into the second attempt when it is stopped
 
     @property
     def service(self) -> str | None:
@@ -115,9 +127,16 @@ class Scenario:
     def describe(self) -> str:
         what = self.fault if self.timing == "point" else f"after {self.delay:.2f}s"
         where = f"{self.target}={self.service}" if self.service else self.target
+        event = ""
+        if self.event == "rescale":
+            event = f" then rescale to {self.partitions_after}"
+        elif self.event == "stop":
+            event = f" then stop after {self.stop_delay:.2f}s"
+        elif self.event != "none":
+            event = f" then {self.event}"
         return (
             f"{self.label} {self.engine} {where} {what} "
-            f"[{self.batches}x{self.partitions}x{self.rows}]"
+            f"[{self.batches}x{self.partitions}x{self.rows}]{event}"
         )
 
     def expected_ids(self) -> set[int]:
@@ -171,6 +190,7 @@ def draw(seed: int, options: Options) -> Scenario:
         window = DELAY_PER_BATCH["spark" if spark else backend] * batches
         delay = round(rng.uniform(0.0, window), 3)
     downtime = round(rng.uniform(0.0, 2.0), 3) if target == "service" else 0.0
+    event, partitions_after, stop_delay = _event(seed, backend, engine, partitions, batches)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -188,7 +208,36 @@ def draw(seed: int, options: Options) -> Scenario:
         downtime=downtime,
         victim=rng.randint(0, 1),
         master="local-cluster[2,1,1024]" if target == "executor" else "local[2]",
+        event=event,
+        partitions_after=partitions_after,
+        stop_delay=stop_delay,
     )
+
+
+def _event(
+    seed: int, backend: str, engine: str, partitions: int, batches: int
+) -> tuple[str, int, float]:
+    """The run's operational event, from a random stream of its own, so that adding events
+    left every earlier field of a seed's scenario as it was."""
+    rng = random.Random(f"event-{seed}")
+    allowed = {e: w for e, w in EVENT_WEIGHTS.items() if _event_applies(e, backend, engine)}
+    event = rng.choices(list(allowed), list(allowed.values()))[0]
+    partitions_after = 0
+    if event == "rescale":
+        choices = [p for p in range(1, (3 if engine == "spark" else 4) + 1) if p != partitions]
+        partitions_after = rng.choice(choices)
+    stop_delay = 0.0
+    if event == "stop":
+        stop_delay = round(rng.uniform(0.0, DELAY_PER_BATCH["spark"] * batches), 3)
+    return event, partitions_after, stop_delay
+
+
+def _event_applies(event: str, backend: str, engine: str) -> bool:
+    if event == "rename":
+        return backend != "files"  # files name nothing after an option
+    if event == "stop":
+        return engine == "spark"  # query.stop() is Spark's
+    return True
 
 
 def _weights(backend: str, spark: bool, targets: Sequence[str]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import twopc
@@ -23,6 +23,8 @@ class SinkSpec:
     address: str  # output path, DSN or bootstrap servers
     table: str = ""  # table or topic
     factory: str = ""
+    prefix: str = ""  # Kafka transactional_id_prefix ("": the default)
+    log_outside: bool = False  # keep the commit log next to, not inside, the checkpoint
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -32,8 +34,21 @@ class SinkSpec:
         return cls(**json.loads(text))
 
     def commit_log(self, checkpoint: str) -> str | None:
-        """SQL and Kafka sinks keep their decisions next to the checkpoint."""
-        return None if self.backend == "files" else f"{checkpoint}/twopc-log"
+        """SQL and Kafka sinks keep their decisions inside the checkpoint, or beside it
+        (``log_outside``: what docs/operations.md advises when checkpoints are restored
+        from copies); files keep theirs next to the data."""
+        if self.backend == "files":
+            return None
+        return f"{checkpoint}-twopc-log" if self.log_outside else f"{checkpoint}/twopc-log"
+
+    def renamed(self) -> SinkSpec:
+        """The same sink with its naming option changed: another Kafka transactional.id
+        prefix, or the other SQL transaction mode."""
+        if self.backend == "kafka":
+            return replace(self, prefix="twopc-renamed")
+        if self.backend in ("postgres", "mysql"):
+            return replace(self, mode="two_phase" if self.mode == "transaction" else "transaction")
+        return self
 
 
 def build_sink(spec: SinkSpec) -> twopc.Sink[Any]:
@@ -59,5 +74,6 @@ def build_sink(spec: SinkSpec) -> twopc.Sink[Any]:
             mode=spec.mode,
             key_column="key",
             operation_timeout_seconds=15,
+            **({"transactional_id_prefix": spec.prefix} if spec.prefix else {}),
         )
     raise ValueError(f"unknown backend {spec.backend!r}")

@@ -1,7 +1,8 @@
 """The Spark version of the chaos query: JSON files in (one per micro-batch), the run's sink
 out through ``twopc.foreach_batch``. Prints ``{"event": "query-started"}`` once the query
 runs (the runner counts delayed kills from there) and exits 0 when every file is committed,
-1 when the query failed. Fault injection comes from ``TWOPC_FAULTS``.
+1 when the query failed, 3 when it was stopped (``TWOPC_CHAOS_STOP_AFTER`` seconds after it
+started). Fault injection comes from ``TWOPC_FAULTS``.
 
     python -m tests.chaos.spark_query --spec JSON --checkpoint DIR --input DIR [--master M]
 """
@@ -12,8 +13,13 @@ import argparse
 import json
 import os
 import sys
+import threading
 
 from tests.chaos.sinks import SinkSpec, build_sink
+
+STOP_AFTER_ENV = "TWOPC_CHAOS_STOP_AFTER"
+"""Seconds after the query started when it is stopped with ``query.stop()`` (exit 3)."""
+STOPPED_EXIT = 3
 
 
 def emit(event: str, **fields: object) -> None:
@@ -67,12 +73,31 @@ def main() -> int:
         .start()
     )
     emit("query-started", pid=os.getpid())
+    # the campaign's "stop" event: query.stop() after a delay, as an operator would
+    stopped = threading.Event()
+
+    def stop_query() -> None:
+        stopped.set()
+        query.stop()
+
+    stop_after = os.environ.get(STOP_AFTER_ENV)
+    stopper = threading.Timer(float(stop_after), stop_query) if stop_after else None
+    if stopper is not None:
+        stopper.start()
     try:
         query.awaitTermination()
     except Exception as exc:  # StreamingQueryException: report it, exit non-zero
         emit("query-failed", error=str(exc)[:2000])
         spark.stop()
         return 1
+    finally:
+        if stopper is not None:
+            stopper.cancel()
+    if stopped.is_set():
+        emit("query-stopped")
+        writer.close()
+        spark.stop()
+        return STOPPED_EXIT
     emit("query-finished")
     writer.close()  # a clean stop: the writer's liveness record goes (a crash leaves it)
     spark.stop()

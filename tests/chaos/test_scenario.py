@@ -51,3 +51,16 @@ def test_filters_narrow_the_draw_and_appear_in_the_reproduction_command() -> Non
     )
     with pytest.raises(NoScenario):
         draw(1, Options(backends=("files",), targets=("service",)))
+
+
+def test_events_are_drawn_apart_and_only_where_they_apply() -> None:
+    options = Options(spark_share=0.2)
+    scenarios = [draw(seed, options) for seed in range(3000)]
+    assert {s.event for s in scenarios} == {"none", "rescale", "rename", "restore", "stop"}
+    for s in scenarios:
+        assert s.event != "rename" or s.backend != "files"
+        assert s.event != "stop" or s.engine == "spark"
+        if s.event == "rescale":
+            assert s.partitions_after not in (0, s.partitions)
+        else:
+            assert s.partitions_after == 0
