@@ -13,6 +13,7 @@ Input is JSON files, one per micro-batch (``maxFilesPerTrigger=1``): rows ``{"id
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -21,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 import twopc
 from tests.chaos.sinks import SinkSpec, build_sink
 from tests.chaos.targets import FilesTarget, KafkaTarget, SqlTarget, Target
+from tests.e2e.test_sql_crash_matrix import Database
 
 BACKENDS = (
     "files",
@@ -98,10 +101,27 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackendR
         target = SqlTarget(kind, dsn)
     run_id = f"edge-{kind[:2]}-{uuid.uuid4().hex[:10]}"
     spec = target.prepare(run_id, mode, tmp_path, kafka_partitions=3)
+    run = BackendRun(name, target, spec, tmp_path)
     try:
-        yield BackendRun(name, target, spec, tmp_path)
+        yield run
     finally:
+        if isinstance(target, SqlTarget):  # prepared branches would block DROP TABLE
+            for gid in target.prepared(spec.sink_id):
+                finish_by_hand(run, "ROLLBACK", gid)
         target.cleanup(spec)
+
+
+def finish_by_hand(run: BackendRun, verb: str, gid: str) -> None:
+    """What an operator types to end a prepared transaction (``verb``: ``COMMIT`` or
+    ``ROLLBACK``): ``COMMIT PREPARED 'gid'`` on PostgreSQL, ``XA COMMIT 'gtrid','bqual'``
+    on MySQL/MariaDB. ``gid`` is ``gtrid:bqual``, as ``SqlTarget.prepared`` lists it."""
+    assert verb in ("COMMIT", "ROLLBACK"), verb
+    db = Database(run.spec.backend, run.spec.address)
+    if run.spec.backend == "postgres":
+        db.query(sql.SQL("{} PREPARED {}").format(sql.SQL(verb), sql.Literal(gid)))
+    else:
+        gtrid, _, bqual = gid.partition(":")
+        db.query(f"XA {verb} %s, %s", (gtrid, bqual))
 
 
 def write_input(directory: Path, batches: Sequence[Sequence[int]]) -> None:
@@ -111,7 +131,11 @@ def write_input(directory: Path, batches: Sequence[Sequence[int]]) -> None:
     start = len(list(directory.glob("batch-*.json")))
     for index, ids in enumerate(batches, start):
         lines = "".join(json.dumps({"id": i, "payload": f"p{i}"}) + "\n" for i in ids)
-        (directory / f"batch-{index:04d}.json").write_text(lines)
+        path = directory / f"batch-{index:04d}.json"
+        path.write_text(lines)
+        # Spark's file source orders new files by modification time: make it the index
+        moment = 1_700_000_000 + index
+        os.utime(path, (moment, moment))
 
 
 def run_query(
