@@ -47,7 +47,9 @@ def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int 
 
 
 # The real-service fixtures (Postgres, MariaDB, Kafka, the schema registry) live with the
-# integration tests.
+# integration tests; ``backend`` (every backend and mode behind one in-process query,
+# parametrized indirectly) with its helpers.
+from tests.e2e.backend_queries import backend  # noqa: E402, F401
 from tests.integration.conftest import (  # noqa: E402, F401
     kafka_bootstrap,
     mysql_dsn,

@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 
 import twopc
-from tests.e2e.backend_queries import (  # noqa: F401  (backend: the fixture)
+from tests.e2e.backend_queries import (
     BACKENDS,
     BackendRun,
-    backend,
     run_query,
     write_input,
 )
@@ -40,7 +39,7 @@ KEEP = "id < 5000"
 def test_empty_partitions_and_empty_batches(
     spark: Any,
     tmp_path: Path,
-    backend: BackendRun,  # noqa: F811
+    backend: BackendRun,
 ) -> None:
     from pyspark.errors import StreamingQueryException
 
@@ -87,7 +86,7 @@ def test_empty_partitions_and_empty_batches(
 def test_task_failing_after_the_others_prepared(
     spark: Any,
     tmp_path: Path,
-    backend: BackendRun,  # noqa: F811
+    backend: BackendRun,
 ) -> None:
     from pyspark.errors import StreamingQueryException
 

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_queries import (  # noqa: F401  (backend: the fixture)
+from tests.e2e.backend_queries import (
     BACKENDS,
     BackendRun,
-    backend,
     run_query,
     write_input,
 )
@@ -32,7 +31,7 @@ BATCHES = [list(range(b * 100, b * 100 + 30)) for b in range(2)]
 def test_new_checkpoint_writes_its_batches_again(
     spark: Any,
     tmp_path: Path,
-    backend: BackendRun,  # noqa: F811
+    backend: BackendRun,
 ) -> None:
     write_input(tmp_path / "in", BATCHES)
     expected = {i for ids in BATCHES for i in ids}

@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_queries import (  # noqa: F401  (backend: the fixture)
+from tests.e2e.backend_queries import (
     BackendRun,
-    backend,
     finish_by_hand,
     run_query,
     write_input,
@@ -84,7 +83,7 @@ def _named(run: BackendRun, gid: str) -> str:
 def test_rolled_back_prepared_transaction_fails_loudly(
     spark: Any,
     tmp_path: Path,
-    backend: BackendRun,  # noqa: F811
+    backend: BackendRun,
     gone: str,
 ) -> None:
     from pyspark.errors import StreamingQueryException
@@ -142,7 +141,7 @@ def test_rolled_back_prepared_transaction_fails_loudly(
 def test_prepared_transaction_committed_by_hand_counts_as_committed(
     spark: Any,
     tmp_path: Path,
-    backend: BackendRun,  # noqa: F811
+    backend: BackendRun,
 ) -> None:
     _, gids = _crash_after_decision(spark, tmp_path, backend)
     finish_by_hand(backend, "COMMIT", gids[1])
