@@ -28,6 +28,7 @@ import twopc
 from tests.chaos.sinks import SinkSpec, build_sink
 from tests.chaos.targets import FilesTarget, KafkaTarget, SqlTarget, Target
 from tests.e2e.test_sql_crash_matrix import Database
+from tests.integration.jdbc_support import MODES
 
 BACKENDS = (
     "files",
@@ -38,7 +39,11 @@ BACKENDS = (
     "kafka-per_partition",
     "kafka-atomic",
 )
-"""``backend-mode`` names; files has one mode (its format)."""
+"""``backend-mode`` names; files has one mode (its format). SQL sinks append."""
+
+SQL_UPSERTS = tuple(f"{db}-{tm}-upsert" for db in ("postgres", "mysql") for tm in MODES)
+"""The SQL sinks upserting on ``id`` (the table gets that primary key; MySQL stages rows
+in a table of its own)."""
 
 SCHEMA = "id long, payload string"
 
@@ -51,6 +56,7 @@ class BackendRun:
     target: Target
     spec: SinkSpec
     tmp_path: Path
+    upsert: bool = False
 
     @property
     def sink_id(self) -> str:
@@ -65,8 +71,18 @@ class BackendRun:
     ) -> twopc.SparkBatchWriter:
         """A fresh sink and writer; the commit log defaults to one shared by every query of
         the test (``<tmp>/log``), so a new checkpoint finds the old query's decisions."""
+        sink = build_sink(self.spec)
+        if self.upsert:
+            sink = twopc.create_sink(
+                self.spec.backend,
+                dsn=self.spec.address,
+                table=self.spec.table,
+                mode="upsert",
+                key_columns=["id"],
+                transaction_mode=self.spec.mode,
+            )
         return twopc.foreach_batch(
-            build_sink(self.spec),
+            sink,
             self.sink_id,
             commit_log=commit_log or (None if self.spec.backend == "files" else self.log_url),
             faults=twopc.FaultPlan.parse(faults) if faults else None,
@@ -88,9 +104,11 @@ class BackendRun:
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackendRun]:
-    """A :class:`BackendRun` for ``request.param`` (one of :data:`BACKENDS`)."""
+    """A :class:`BackendRun` for ``request.param`` (one of :data:`BACKENDS` or
+    :data:`SQL_UPSERTS`)."""
     name: str = request.param
     kind, _, mode = name.partition("-")
+    mode, _, write = mode.partition("-")
     target: Target
     if kind == "files":
         target, mode = FilesTarget(), "parquet"
@@ -101,7 +119,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackendR
         target = SqlTarget(kind, dsn)
     run_id = f"edge-{kind[:2]}-{uuid.uuid4().hex[:10]}"
     spec = target.prepare(run_id, mode, tmp_path, kafka_partitions=3)
-    run = BackendRun(name, target, spec, tmp_path)
+    run = BackendRun(name, target, spec, tmp_path, upsert=write == "upsert")
+    if run.upsert and isinstance(target, SqlTarget):
+        Database(kind, spec.address).query(
+            f"ALTER TABLE {target.ident(spec.table)} ADD PRIMARY KEY (id)"
+        )
     try:
         yield run
     finally:
@@ -157,6 +179,9 @@ def run_query(
     """
     from pyspark.sql import functions as F
 
+    # Without a partition count (the SQL upsert's repartition by key), adaptive execution
+    # would coalesce a small batch's shuffle into one partition: keep them all.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     frame = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
     if keep is not None:
         frame = frame.where(keep)
@@ -174,3 +199,4 @@ def run_query(
         query.awaitTermination()
     finally:
         writer.close()
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
