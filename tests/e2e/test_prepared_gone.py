@@ -11,10 +11,14 @@ committed). Then, by hand:
   (delete the batch's decision, restart) then writes the batch exactly once.
 * committed (``COMMIT PREPARED`` of one branch): the marker row proves it, so the restart
   counts it as committed, commits the other branch and ends exactly once.
+
+The first case also runs with the driver SIGKILLed after the decision (local engine in its
+own process, no JVM): every restart fails the same way and writes no later batch.
 """
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from tests.e2e.backend_queries import (
     run_query,
     write_input,
 )
-from tests.helpers import assert_exactly_once
+from tests.helpers import assert_exactly_once, local_query, run_process
 from tests.integration.test_status_recover import status_json, twopc_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -155,3 +159,36 @@ def test_prepared_transaction_committed_by_hand_counts_as_committed(
     assert [(m.batch_id, m.status) for m in restarted.metrics] == [(1, "skipped")]
     assert_exactly_once(backend.committed(), ALL_IDS)
     assert backend.leftovers() == []
+
+
+@pytest.mark.parametrize("backend", SQL_TWO_PHASE, indirect=True)
+def test_driver_killed_after_the_decision_then_rolled_back(
+    tmp_path: Path, backend: BackendRun
+) -> None:
+    """The same through a SIGKILL of the driver (local engine, its own process)."""
+    query = local_query(
+        "local_sql_query",
+        backend=backend.spec.backend,
+        dsn=backend.spec.address,
+        table=backend.spec.table,
+        transaction_mode="two_phase",
+        checkpoint=tmp_path / "chk",
+        batches=3,
+        partitions=2,
+        rows=10,
+        sink_id=backend.sink_id,
+    )
+    crash = run_process(query, faults="after_decision:kill@batch=1", timeout=120)
+    assert crash.returncode == -signal.SIGKILL, crash.stderr[-3000:]
+    gids = sorted(backend.target.prepared(backend.sink_id))
+    assert [g.rpartition(":")[2] for g in gids] == ["1-0-0", "1-1-0"]
+    for gid in gids:
+        finish_by_hand(backend, "ROLLBACK", gid)
+
+    for _ in range(2):  # every restart fails the same way; none writes past the gap
+        restart = run_process(query, timeout=120)
+        assert restart.returncode not in (0, -signal.SIGKILL), restart.stderr[-3000:]
+        assert f"sink {backend.sink_id!r}, batch 1, partition 0" in restart.stderr
+        assert _named(backend, gids[0]) in restart.stderr, restart.stderr[-3000:]
+        assert_exactly_once(backend.committed(), set(range(20)))  # batch 0 only
+        assert backend.leftovers() == []
