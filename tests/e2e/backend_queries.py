@@ -167,13 +167,15 @@ def run_query(
     checkpoint: Path,
     writer: twopc.SparkBatchWriter,
     *,
-    partitions: int = 2,
+    partitions: int | None = 2,
     one_partition: bool = False,
     keep: str | None = None,
 ) -> None:
     """Run the query over every input file not yet in ``checkpoint`` and wait for it.
 
-    ``one_partition`` puts every row in one of the ``partitions`` (the others stay empty);
+    ``partitions=None`` keeps the source's partitioning (an empty input file then gives a
+    batch without any partition); ``one_partition`` puts every row in one of the
+    ``partitions`` (the others stay empty);
     ``keep`` is a SQL filter applied before the sink (a batch whose rows all fail it is
     empty). Raises Spark's ``StreamingQueryException`` when a batch fails.
     """
@@ -186,7 +188,8 @@ def run_query(
     if keep is not None:
         frame = frame.where(keep)
     # hash partitioning is deterministic: a replayed batch splits the same way
-    frame = frame.repartition(partitions, F.lit(0) if one_partition else F.col("id"))
+    if partitions is not None:
+        frame = frame.repartition(partitions, F.lit(0) if one_partition else F.col("id"))
     if run.spec.backend == "kafka":
         frame = frame.withColumn("key", F.col("id").cast("string"))
     query = (

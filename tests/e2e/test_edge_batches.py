@@ -4,7 +4,8 @@
   commit) a transaction without rows.
 * Empty micro-batches: an input file with no lines, and a file whose rows a filter
   removes; the driver fails right after the decision of the empty batch, and the restart
-  must finish it and go on.
+  must finish it and go on. The same for a batch without any partition (an empty file
+  read without repartitioning).
 * A batch where one task failed after the others prepared (or, for sinks that commit in
   the task, committed): the batch fails, then the restart without the fault writes it.
   Here the SQL sinks also upsert (MySQL's staging tables must not outlive the failure).
@@ -81,6 +82,33 @@ def test_empty_partitions_and_empty_batches(
     statuses = [(m.batch_id, m.status, m.rows) for m in restarted.metrics]
     assert statuses == [(1, "skipped", 0), (2, "committed", 0), (3, "committed", 30)]
     assert_exactly_once(backend.committed(), expected)
+    assert backend.leftovers() == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_batch_without_any_partition(
+    spark: Any,
+    tmp_path: Path,
+    backend: BackendRun,
+) -> None:
+    """An empty input file read without repartitioning: Spark hands over a DataFrame with
+    no partition at all, and the decision names no partition."""
+    from pyspark.errors import StreamingQueryException
+
+    write_input(tmp_path / "in", [[], list(range(20))])
+    crashing = backend.writer(faults="after_decision:raise@batch=0")
+    with pytest.raises(StreamingQueryException, match="after_decision"):
+        run_query(spark, backend, tmp_path / "in", tmp_path / "chk", crashing, partitions=None)
+    assert [(m.batch_id, m.status) for m in crashing.metrics] == [(0, "failed")]
+    assert backend.committed() == {}
+
+    restarted = backend.writer()
+    run_query(spark, backend, tmp_path / "in", tmp_path / "chk", restarted, partitions=None)
+    assert [(m.batch_id, m.status, m.rows) for m in restarted.metrics] == [
+        (0, "skipped", 0),
+        (1, "committed", 20),
+    ]
+    assert_exactly_once(backend.committed(), set(range(20)))
     assert backend.leftovers() == []
 
 
