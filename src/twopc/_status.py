@@ -18,7 +18,7 @@ from typing import Any
 from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator
 from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
-from twopc.protocol import Inspection, PendingWork, Sink, TargetMarker
+from twopc.protocol import Committable, Inspection, PendingWork, Sink, TargetMarker
 
 __all__ = [
     "ACTIONS",
@@ -31,9 +31,10 @@ __all__ = [
     "sink_status",
 ]
 
-ACTIONS = ("commit", "abort", "mark_done", "sweep")
+ACTIONS = ("commit", "abort", "mark_done", "sweep", "fail")
 """What recovery does with an item: commit it, abort it, only mark the batch done in the
-commit log (the tasks committed already), or remove leftovers that never prepared."""
+commit log (the tasks committed already), remove leftovers that never prepared, or stop
+with an error (decided work the target no longer has: it cannot be committed)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ def sink_status(
     pending = commit_log.pending()
     inspection = sink.inspect(sink_id)
     items = [_decision_item(sink, d) for d in pending]
+    items.extend(_lost_item(c) for d in pending for c in _lost(sink, d, inspection))
     decisions = commit_log.decisions_for(
         w.committable for w in inspection.pending if w.committable is not None
     )
@@ -190,6 +192,45 @@ def _decision_item(sink: Sink[Any], decision: Decision) -> StatusItem:
                 if in_task
                 else "phase 2 did not finish"
             )
+        ),
+    )
+
+
+def _lost(sink: Sink[Any], decision: Decision, inspection: Inspection) -> list[Committable]:
+    """Committables of a pending decision that the target shows neither prepared nor
+    committed. Only knowable for sinks whose prepared work ``inspect`` lists and that keep
+    markers (SQL ``two_phase``): such work was rolled back outside twopc, and recovery
+    stops with an error on it."""
+    caps = sink.capabilities
+    if caps.commit_in_task or not caps.recover or inspection.markers is None:
+        return []
+    prepared = {
+        (c.query_id, c.batch_id, c.partition, c.attempt)
+        for c in (w.committable for w in inspection.pending)
+        if c is not None
+    }
+    newest = {(m.query_id, m.partition): m.batch_id for m in inspection.markers}
+    return [
+        c
+        for c in decision.committables
+        if (c.query_id, c.batch_id, c.partition, c.attempt) not in prepared
+        and newest.get((c.query_id, c.partition), -1) < c.batch_id
+    ]
+
+
+def _lost_item(committable: Committable) -> StatusItem:
+    return StatusItem(
+        kind="lost",
+        ident=f"batch {committable.batch_id} partition {committable.partition}",
+        action="fail",
+        query_id=committable.query_id,
+        batch_id=committable.batch_id,
+        partition=committable.partition,
+        attempt=committable.attempt,
+        detail=(
+            "named by the batch's decision, but neither prepared nor committed (no marker): "
+            "rolled back outside twopc or lost in a restore; recovery stops with an error "
+            "here (see 'A prepared transaction that is gone' in docs/operations.md)"
         ),
     )
 

@@ -9,7 +9,12 @@ the database itself, atomically with the data.
   writes nothing. Readers may see some partitions of a batch before others.
 * ``two_phase`` mode: the task prepares (``PREPARE TRANSACTION`` / ``XA PREPARE``) and
   reports the transaction id; the driver commits every branch after all partitions
-  prepared. Recovery commits decided branches and rolls back the others.
+  prepared. Recovery commits decided branches and rolls back the others. A decided branch
+  that is gone (rolled back by hand, database restored) without a marker row fails the
+  commit with a :class:`~twopc.CommitError` naming the batch and the transaction.
+
+In both modes a task whose marker row exists writes nothing (a replay, or a batch rerun
+after its decision was lost).
 
 Upserts and deletes go through a staging table so that duplicate keys inside a partition
 are resolved in SQL (last wins: by ``order_column``, then by input order).
@@ -296,6 +301,10 @@ class SqlSink(Sink[SqlTransaction]):
     def rollback_prepared(self, xid: TransactionId) -> bool:
         """Roll back a prepared branch; False if the database does not know it."""
 
+    def transaction_name(self, xid: TransactionId) -> str:
+        """How an operator names the prepared transaction in this database's SQL."""
+        return f"gid '{xid.gid}'"
+
     @abstractmethod
     def prepared_ids(self, sink_id: str) -> list[TransactionId]:
         """Prepared branches of this database whose gtrid starts with the sink's prefix."""
@@ -338,7 +347,10 @@ class SqlSink(Sink[SqlTransaction]):
         xid = TransactionId.for_task(ctx) if self.two_phase else None
         try:
             self.ensure_marker_table(conn)
-            skip = not self.two_phase and self.marker_exists(
+            # In two_phase mode a marker here means the partition was committed under a
+            # decision the commit log no longer has (the log was lost, or an operator
+            # removed a decision whose other branches were gone): write it only once.
+            skip = self.marker_exists(
                 conn, MarkerKey(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition)
             )
             if self.two_phase:
@@ -565,7 +577,7 @@ class SqlSink(Sink[SqlTransaction]):
             _close_quietly(conn)
         if found:
             return CommitOutcome.ALREADY_COMMITTED
-        if not self.two_phase:
+        if "gtrid" not in c.payload:
             # The task's own transaction ended without committing (its connection dropped
             # or its commit failed): nothing is visible, and a rerun of the task writes it.
             raise SinkError(
@@ -575,10 +587,13 @@ class SqlSink(Sink[SqlTransaction]):
                 batch_id=c.batch_id,
                 partition=c.partition,
             )
+        xid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
         raise CommitError(
-            "the prepared transaction is neither prepared nor committed any more (no marker "
-            "row): it was rolled back outside twopc, so this partition's data of the batch "
-            "is lost",
+            f"the decision says commit, but prepared transaction {self.transaction_name(xid)} "
+            "is neither prepared nor committed (no marker row): it was rolled back outside "
+            "twopc (ROLLBACK PREPARED / XA ROLLBACK, or a restore of the database), so this "
+            "partition's rows of the batch are not in the table. Nothing will commit them; "
+            "see 'A prepared transaction that is gone' in docs/operations.md",
             sink_id=c.sink_id,
             batch_id=c.batch_id,
             partition=c.partition,

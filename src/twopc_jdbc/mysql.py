@@ -287,6 +287,9 @@ class MySQLSink(SqlSink):
     def rollback_prepared(self, xid: TransactionId) -> bool:
         return self._xa("ROLLBACK", xid)
 
+    def transaction_name(self, xid: TransactionId) -> str:
+        return f"xid '{xid.gtrid}','{xid.bqual}'"
+
     def prepared_ids(self, sink_id: str) -> list[TransactionId]:
         prefix = TransactionId.gtrid_prefix(sink_id)
         conn = self.connect(autocommit=True)

@@ -46,10 +46,10 @@ def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int 
     return ids
 
 
-# The real-service fixtures (Postgres, MariaDB, Kafka, the schema registry) live with the
-# integration tests.
-# ``case``: every backend and mode, a fresh target per test (tests/e2e/backend_cases.py).
+# ``case`` and ``backend``: every backend and mode, a fresh target per test; the real-service
+# fixtures (Postgres, MariaDB, Kafka, the schema registry) live with the integration tests.
 from tests.e2e.backend_cases import case  # noqa: E402, F401
+from tests.e2e.backend_queries import backend  # noqa: E402, F401
 from tests.integration.conftest import (  # noqa: E402, F401
     kafka_bootstrap,
     mysql_dsn,

@@ -32,6 +32,7 @@ import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from tests.e2e.backend_queries import BACKENDS
 from tests.e2e.test_sql_crash_matrix import Database
 from tests.helpers import REPO, local_query, read_ids, run_process, staged_attempts
 from tests.integration.kafka_support import admin, committed_keys, create_topic
@@ -196,15 +197,7 @@ def stalled_partitions(bootstrap: str, topic: str) -> list[str]:
     return [f"{topic}[{p}]" for p in sorted(partitions) if committed[p] < high[p]]
 
 
-TARGETS = [
-    "files",
-    "postgres-transaction",
-    "postgres-two_phase",
-    "mysql-transaction",
-    "mysql-two_phase",
-    "kafka-per_partition",
-    "kafka-atomic",
-]
+TARGETS = list(BACKENDS)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,3 +71,67 @@ def test_unprepared_leftovers_would_be_swept(tmp_path: Path) -> None:
     assert (item.kind, item.action, item.batch_id, item.partition) == ("unprepared", "sweep", 3, 1)
     report = twopc.recover_sink(sink, "orders", log)
     assert report.swept == 1 and report.ok
+
+
+class _SeenSink(twopc.Sink[None]):
+    """A driver-commit sink whose target shows what the test says: prepared work, markers."""
+
+    backend_name = "seen"
+    capabilities = twopc.Capabilities(global_commit=True, recover=True)
+
+    def __init__(self, prepared: list[twopc.Committable], markers: list[tuple[int, int]] | None):
+        self.prepared, self.markers = prepared, markers
+
+    def begin_transaction(self, ctx: TaskContext) -> None:
+        return None
+
+    def invoke(self, txn: None, batch: pa.RecordBatch) -> None:
+        return None
+
+    def pre_commit(self, txn: None) -> twopc.Committable:
+        raise NotImplementedError
+
+    def abort(self, txn: None) -> None:
+        return None
+
+    def commit(self, committables: Sequence[twopc.Committable]) -> list[twopc.CommitOutcome]:
+        raise NotImplementedError
+
+    def abort_prepared(self, committables: Sequence[twopc.Committable]) -> None:
+        return None
+
+    def recover(self, sink_id: str) -> list[twopc.Committable]:
+        return list(self.prepared)
+
+    def inspect(self, sink_id: str) -> twopc.Inspection:
+        return twopc.Inspection(
+            tuple(twopc.PendingWork.prepared(c, f"p{c.partition}") for c in self.prepared),
+            None
+            if self.markers is None
+            else tuple(twopc.TargetMarker(QUERY, p, b) for p, b in self.markers),
+        )
+
+
+@pytest.mark.parametrize(
+    ("markers", "lost"),
+    [
+        ([(0, 0)], [2]),  # p0: prepared; p1: marker at batch 1; p2: neither
+        ([(0, 0), (2, 3)], []),  # p2's newest marker is a later batch: it committed
+        (None, []),  # a sink without markers cannot tell: nothing is called lost
+    ],
+)
+def test_decided_work_neither_prepared_nor_committed_is_lost(
+    tmp_path: Path, markers: list[tuple[int, int]] | None, lost: list[int]
+) -> None:
+    decided = [twopc.Committable("orders", QUERY, 1, p, 0) for p in range(3)]
+    log = CommitLog(str(tmp_path / "log"))
+    log.record_decision(Decision("orders", QUERY, 1, tuple(decided)))
+    if markers is not None:
+        markers = [*markers, (1, 1)]
+    sink = _SeenSink([decided[0]], markers)
+
+    items = twopc.sink_status(sink, "orders", log).items
+    assert sorted((i.kind, i.partition, i.action) for i in items) == sorted(
+        [("decision", None, "commit"), ("prepared", 0, "commit")]
+        + [("lost", p, "fail") for p in lost]
+    )
