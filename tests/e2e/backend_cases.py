@@ -29,18 +29,27 @@ SCHEMA = "id long, payload string"
 ROWS_PER_FILE = 40
 
 
+def new_target(
+    request: pytest.FixtureRequest, backend: str, mode: str, tmp_path: Path, prefix: str = "rq"
+) -> tuple[Target, SinkSpec]:
+    """A fresh namespace of ``backend`` (table, topic or directory) and its sink spec, on
+    the services the session's fixtures start."""
+    fixtures = {"postgres": "postgres_dsn", "mysql": "mysql_dsn", "kafka": "kafka_bootstrap"}
+    keys = {
+        "postgres": "POSTGRES_DSN",
+        "mysql": "MYSQL_DSN",
+        "kafka": "KAFKA_BOOTSTRAP_SERVERS",
+    }
+    env = {keys[backend]: request.getfixturevalue(fixtures[backend])} if backend in keys else {}
+    target = make_target(backend, env)
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    return target, target.prepare(name, mode, tmp_path, kafka_partitions=3)
+
+
 @pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
-    backend, mode = request.param
-    env = {}
-    if backend == "postgres":
-        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
-    elif backend == "mysql":
-        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
-    elif backend == "kafka":
-        env["KAFKA_BOOTSTRAP_SERVERS"] = request.getfixturevalue("kafka_bootstrap")
-    target = make_target(backend, env)
-    spec = target.prepare(f"rq-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=3)
+    """Every backend and mode: a fresh target per test, dropped afterwards."""
+    target, spec = new_target(request, *request.param, tmp_path)
     yield target, spec
     target.cleanup(spec)
 

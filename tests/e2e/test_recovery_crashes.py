@@ -12,14 +12,14 @@ leaves the state the first crash left.
 from __future__ import annotations
 
 import signal
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import Target, make_target
+from tests.chaos.targets import Target
+from tests.e2e.backend_cases import new_target
 from tests.helpers import run_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -37,14 +37,7 @@ SEQUENCES = {
 
 @pytest.fixture(params=CASES, ids=[f"{b}-{m}" for b, m in CASES])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Target, SinkSpec]]:
-    backend, mode = request.param
-    env = {}
-    if backend == "postgres":
-        env["POSTGRES_DSN"] = request.getfixturevalue("postgres_dsn")
-    elif backend == "mysql":
-        env["MYSQL_DSN"] = request.getfixturevalue("mysql_dsn")
-    target = make_target(backend, env)
-    spec = target.prepare(f"rc-{uuid.uuid4().hex[:10]}", mode, tmp_path, kafka_partitions=1)
+    target, spec = new_target(request, *request.param, tmp_path, prefix="rc")
     yield target, spec
     target.cleanup(spec)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,25 +152,6 @@ def test_restored_checkpoint_over_other_input_is_refused(
     assert_exactly_once(target, spec, expected)
 
 
-def _renamed_sink(spec: SinkSpec) -> twopc.Sink[Any]:
-    """The same sink with the option that names its transactions changed: the other SQL
-    transaction mode, another Kafka transactional.id prefix."""
-    if spec.backend in ("postgres", "mysql"):
-        other = "two_phase" if spec.mode == "transaction" else "transaction"
-        return build_sink(replace(spec, mode=other))
-    if spec.backend == "kafka":
-        return twopc.create_sink(
-            "kafka",
-            bootstrap_servers=spec.address,
-            topic=spec.table,
-            mode=spec.mode,
-            key_column="key",
-            transactional_id_prefix="renamed",
-            operation_timeout_seconds=15,
-        )
-    return build_sink(spec)
-
-
 def test_restart_with_changed_naming_options(
     spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec]
 ) -> None:
@@ -180,7 +160,12 @@ def test_restart_with_changed_naming_options(
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
     expected |= add_input(tmp_path / "in", 1)
     writer = run_query(
-        spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, sink=_renamed_sink(spec)
+        spark,
+        spec,
+        tmp_path / "in",
+        tmp_path / "chk",
+        partitions=2,
+        sink=build_sink(spec.renamed()),
     )
     assert [m.status for m in writer.metrics] == ["committed"]
     expected |= add_input(tmp_path / "in", 2)

@@ -39,15 +39,7 @@ def _partitions(first: int, rows: int, count: int, key: bool) -> list[pa.Table]:
 
 
 def _kafka_sink(spec: SinkSpec, prefix: str) -> twopc.Sink[Any]:
-    return twopc.create_sink(
-        "kafka",
-        bootstrap_servers=spec.address,
-        topic=spec.table,
-        mode=spec.mode,
-        key_column="key",
-        transactional_id_prefix=prefix,
-        operation_timeout_seconds=15,
-    )
+    return build_sink(replace(spec, prefix=prefix))
 
 
 @pytest.fixture
