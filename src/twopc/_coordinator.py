@@ -606,6 +606,26 @@ class Coordinator:
             return True
         return self.sink.is_committed(RecoveryScope(self.sink_id, query_id), batch_id)
 
+    def _committed_partitions(
+        self,
+        scope: RecoveryScope,
+        batch_id: int,
+        footprint: Footprint,
+        *,
+        asked_for: int | None = None,
+    ) -> set[int] | None:
+        """The sink's markers, with its errors naming the sink and the batch being run."""
+        try:
+            return self.sink.committed_partitions(scope, batch_id, footprint)
+        except TwoPCError as exc:
+            if exc.sink_id is not None:
+                raise
+            raise type(exc)(
+                f"reading the target's markers failed: {exc.cause_message}",
+                sink_id=self.sink_id,
+                batch_id=batch_id if asked_for is None else asked_for,
+            ) from exc
+
     def _check_markers_not_ahead(self, query_id: str, batch_id: int) -> None:
         """The target's markers never show a batch newer than the one the query runs,
         unless the checkpoint went back (an older copy put back, with the commit log inside
@@ -614,8 +634,8 @@ class Coordinator:
         if decided and decided[-1] > batch_id:
             return  # the log knows the newer batches: it checks their input itself
         scope = RecoveryScope(self.sink_id, query_id)
-        ahead = self.sink.committed_partitions(
-            scope, batch_id + 1, Footprint(self.sink.naming(), 0)
+        ahead = self._committed_partitions(
+            scope, batch_id + 1, Footprint(self.sink.naming(), 0), asked_for=batch_id
         )
         if not ahead:
             return
@@ -633,9 +653,7 @@ class Coordinator:
             batch_id=batch_id,
         )
 
-    def _check_markers_kept(
-        self, runs: Sequence[BatchRun], query_id: str, batch_id: int
-    ) -> None:
+    def _check_markers_kept(self, runs: Sequence[BatchRun], query_id: str, batch_id: int) -> None:
         """A replayed batch whose tasks may have committed relies on the target's markers
         to skip those partitions. If even the previous batch's markers are gone (Kafka
         marker groups expire after ``offsets.retention.minutes`` while a query is down),
@@ -648,7 +666,7 @@ class Coordinator:
             return
         scope = RecoveryScope(self.sink_id, query_id)
         footprint = replace(earlier[-1].footprint, partitions=0)
-        seen = self.sink.committed_partitions(scope, batch_id - 1, footprint)
+        seen = self._committed_partitions(scope, batch_id - 1, footprint, asked_for=batch_id)
         if seen is None or seen:
             return
         raise CommitStateUnknownError(
@@ -699,7 +717,7 @@ class Coordinator:
             if not earlier.committed_in_task or earlier.same_shape(run):
                 continue
             scope = RecoveryScope(self.sink_id, query_id)
-            committed = self.sink.committed_partitions(scope, batch_id, earlier.footprint)
+            committed = self._committed_partitions(scope, batch_id, earlier.footprint)
             if committed is not None and not committed:
                 continue
             what = (

@@ -651,18 +651,6 @@ class SqlSink(Sink[SqlTransaction]):
         """The mode: a replay in the other mode cannot be skipped partition by partition."""
         return {"transaction_mode": self.options.transaction_mode}
 
-    def is_committed(self, scope: RecoveryScope, batch_id: int) -> bool:
-        """In ``two_phase`` mode, whether any marker row shows the batch committed: the
-        driver commits only decided batches, so one marker means the batch was decided
-        (a commit log restored with an older checkpoint has lost that decision). In
-        ``transaction`` mode each task skips its own partition by its marker instead."""
-        if not self.two_phase:
-            return False
-        return any(
-            m.query_id == scope.query_id and m.batch_id >= batch_id
-            for m in self.last_markers(scope.sink_id)
-        )
-
     def committed_partitions(
         self, scope: RecoveryScope, batch_id: int, footprint: Footprint
     ) -> set[int] | None:

@@ -730,9 +730,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         groups = [
             g for g in self._marker_groups(admin, scope.sink_id, prefix) if g[1] == scope.query_id
         ]
-        return {
-            m.partition for m in self._marker_offsets(admin, groups) if m.batch_id >= batch_id
-        }
+        return {m.partition for m in self._marker_offsets(admin, groups) if m.batch_id >= batch_id}
 
     def _probe(self, sink_id: str, partition: int) -> bool:
         return self._probe_id(self.transactional_id(sink_id, partition))
