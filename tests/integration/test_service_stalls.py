@@ -1,0 +1,310 @@
+"""Slow and missing services during commit: the broker or the database is stopped with
+SIGSTOP (``scripts/services pause``) at one step of the protocol, for less and for longer
+than the sink's timeouts, on the local engine (tasks in forked processes, no JVM).
+
+A stalled server keeps its connections open and answers nothing, so only the client's own
+timeouts end the wait. For every case the test checks what the target shows: rows and
+prepared transactions of the database; records a ``read_committed`` and a
+``read_uncommitted`` consumer see, and the last stable offset against the high watermark.
+
+* short stall: the batch waits and then completes, exactly once;
+* long stall: the batch fails with a clear error (sink, batch, partition, cause) after
+  bounded retries, *while the service is still stopped*; after the service returns, a
+  restart from the same checkpoint finishes exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import twopc
+from tests.e2e.local_query import make_batches
+from tests.e2e.test_sql_crash_matrix import Database
+from twopc.faults import CrashPoint
+from twopc.local import LocalStream, foreach_batch
+from twopc_kafka.sink import KafkaSink, KafkaTransaction
+
+from .kafka_support import create_topic, end_offset, read_messages, unique
+from .services import ServiceControl
+from .stalls import Stall, StallAt
+
+pytestmark = pytest.mark.integration
+
+BATCHES, PARTITIONS, ROWS = 2, 2, 5
+STALL_BATCH = 1
+EXPECTED = {b * 1000 + i for b in range(BATCHES) for i in range(PARTITIONS * ROWS)}
+# records partition 0 of the stalled batch wrote (make_batches: b*1000 + p*rows + i)
+STALLED = {STALL_BATCH * 1000 + i for i in range(ROWS)}
+
+RETRY = twopc.RetryPolicy(max_attempts=2, initial_backoff_seconds=0.1)
+
+
+def _batches() -> list[list[pa.Table]]:
+    return make_batches(BATCHES, PARTITIONS, ROWS)
+
+
+def _assert_exactly_once(ids: Counter[int]) -> None:
+    assert sorted(ids.elements()) == sorted(EXPECTED), (
+        f"duplicates: {sorted(i for i, n in ids.items() if n > 1)[:10]}, "
+        f"missing: {sorted(EXPECTED - set(ids))[:10]}"
+    )
+
+
+def _names_task(exc: BaseException, sink_id: str) -> str:
+    text = str(exc)
+    assert f"sink {sink_id!r}" in text, text
+    assert f"batch {STALL_BATCH}" in text, text
+    assert "partition 0" in text, text
+    return text
+
+
+# -- Kafka -----------------------------------------------------------------------------------
+
+TXN_TIMEOUT_MS = 10_000
+KAFKA_SHORT = 3.0  # below both the operation timeout and the transaction timeout
+KAFKA_LONG = 14.0  # above the transaction timeout and above the tasks' whole retry budget
+
+
+class FlushingKafkaSink(KafkaSink):
+    """Waits for every record's acknowledgement in ``invoke``, so that a stall after it
+    finds the records in the broker's log, inside the still open transaction."""
+
+    def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
+        super().invoke(txn, batch)
+        if not txn.skip:
+            assert txn.producer.flush(self.timeout) == 0
+
+
+def _kafka_sink(bootstrap: str, topic: str, mode: str, timeout: float) -> KafkaSink:
+    return FlushingKafkaSink(
+        bootstrap,
+        topic=topic,
+        mode=mode,
+        key_column="id",
+        transactional_id_prefix=unique("stall"),
+        transaction_timeout_ms=TXN_TIMEOUT_MS,
+        operation_timeout_seconds=timeout,
+    )
+
+
+def _keys(bootstrap: str, topic: str, isolation: str) -> Counter[int]:
+    return Counter(int(m.text_key) for m in read_messages(bootstrap, topic, isolation))
+
+
+def _wait_stable(bootstrap: str, topic: str, within: float) -> float:
+    """Seconds until the last stable offset reaches the high watermark; fails after
+    ``within`` seconds (a transaction holding read_committed readers back)."""
+    started = time.monotonic()
+    while True:
+        stable = end_offset(bootstrap, topic, 0, "read_committed")
+        high = end_offset(bootstrap, topic, 0, "read_uncommitted")
+        if stable == high:
+            return time.monotonic() - started
+        assert time.monotonic() - started < within, (
+            f"last stable offset {stable} still below the high watermark {high} after "
+            f"{within}s: read_committed readers are stuck behind a transaction"
+        )
+        time.sleep(0.2)
+
+
+KAFKA_CASES = [
+    (mode, point, length)
+    for mode in ("per_partition", "atomic")
+    for point in (CrashPoint.AFTER_INVOKE, CrashPoint.BEFORE_TASK_COMMIT)
+    for length in ("short", "long")
+]
+# one long case runs by default; the rest of the long ones are marked slow
+_KAFKA_DEFAULT_LONG = ("per_partition", CrashPoint.AFTER_INVOKE)
+
+
+def _kafka_params() -> list[Any]:
+    params = []
+    for mode, point, length in KAFKA_CASES:
+        slow = length == "long" and (mode, point) != _KAFKA_DEFAULT_LONG
+        params.append(
+            pytest.param(
+                mode,
+                point,
+                length,
+                id=f"{mode}-{point.value}-{length}",
+                marks=[pytest.mark.slow] if slow else [],
+            )
+        )
+    return params
+
+
+@pytest.mark.parametrize(("mode", "point", "length"), _kafka_params())
+def test_kafka_broker_stalled(
+    kafka_bootstrap: str,
+    services: ServiceControl,
+    tmp_path: Path,
+    mode: str,
+    point: CrashPoint,
+    length: str,
+) -> None:
+    topic = create_topic(kafka_bootstrap)
+    sink_id = f"stall-{uuid.uuid4().hex[:8]}"
+    long = length == "long"
+    sink = _kafka_sink(kafka_bootstrap, topic, mode, 2.0 if long else 8.0)
+    stream = LocalStream(str(tmp_path / "chk"), _batches())
+    stall_plan = StallAt(point=point, service="kafka", batch_id=STALL_BATCH)
+    writer = foreach_batch(
+        sink, sink_id, commit_log=str(tmp_path / "log"), faults=stall_plan, retry=RETRY
+    )
+
+    with Stall(services, "kafka", KAFKA_LONG if long else KAFKA_SHORT) as stall:
+        if not long:
+            stream.run(writer)
+        else:
+            with pytest.raises(twopc.TwoPCError) as failed:
+                stream.run(writer)
+            # bounded: the batch failed while the broker was still stopped
+            assert not stall.resumed.is_set(), "the task waited for the broker to come back"
+    if not long:
+        _wait_stable(kafka_bootstrap, topic, within=10)
+        _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
+        return
+
+    text = _names_task(failed.value, sink_id)
+    assert "_TIMED_OUT" in text or "not delivered" in text, text
+    # The broker aborts the stalled transaction once it runs again (its age is past
+    # transaction.timeout.ms): read_committed readers wait no longer than that.
+    lag = _wait_stable(kafka_bootstrap, topic, within=TXN_TIMEOUT_MS / 1000 + 5)
+    print(f"last stable offset caught up {lag:.1f}s after the broker resumed")
+    committed = _keys(kafka_bootstrap, topic, "read_committed")
+    everything = _keys(kafka_bootstrap, topic, "read_uncommitted")
+    if point is CrashPoint.AFTER_INVOKE:
+        # no commit was ever sent: the records are in the log, aborted
+        assert STALLED <= set(everything), "the stalled transaction's records are not in the log"
+        assert not STALLED & set(committed), "records of the stalled transaction are visible"
+    # The timed-out commit request may still reach the broker when it resumes, so the
+    # stalled transaction may have committed after all: either way, once only.
+    assert all(n == 1 for n in committed.values()), committed
+
+    restart = foreach_batch(sink, sink_id, commit_log=str(tmp_path / "log"), retry=RETRY)
+    LocalStream(str(tmp_path / "chk"), _batches()).run(restart)
+    _wait_stable(kafka_bootstrap, topic, within=10)
+    _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
+
+
+# -- PostgreSQL and MariaDB ------------------------------------------------------------------
+
+SQL_SHORT = 1.5  # below the sink's timeouts (5 s)
+SQL_LONG = 12.0  # above two runs of the whole retry budget: 2 attempts of a 2 s timeout each
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def database(request: pytest.FixtureRequest) -> Database:
+    backend = request.param
+    dsn = request.getfixturevalue("postgres_dsn" if backend == "postgres" else "mysql_dsn")
+    return Database(backend, dsn)
+
+
+def _service(db: Database) -> str:
+    return "postgres" if db.backend == "postgres" else "mariadb"
+
+
+def _sql_sink(db: Database, table: str, mode: str, timeout: float) -> twopc.Sink[Any]:
+    return twopc.create_sink(
+        db.backend,
+        dsn=db.dsn,
+        table=table,
+        transaction_mode=mode,
+        connect_timeout_seconds=timeout,
+        read_timeout_seconds=timeout,
+    )
+
+
+# (transaction mode, stall point): phase 1 (rows written, pre-commit waits), the task's own
+# commit (transaction mode), and between the decision and the driver's COMMIT PREPARED /
+# XA COMMIT (two_phase)
+SQL_POINTS = [
+    ("transaction", CrashPoint.AFTER_INVOKE),
+    ("transaction", CrashPoint.BEFORE_TASK_COMMIT),
+    ("two_phase", CrashPoint.AFTER_INVOKE),
+    ("two_phase", CrashPoint.AFTER_DECISION),
+]
+
+
+def _sql_params() -> list[Any]:
+    params = []
+    for mode, point in SQL_POINTS:
+        for length in ("short", "long"):
+            # the decision case is the one that matters most for two_phase: always run it
+            slow = length == "long" and point is not CrashPoint.AFTER_DECISION
+            params.append(
+                pytest.param(
+                    mode,
+                    point,
+                    length,
+                    id=f"{mode}-{point.value}-{length}",
+                    marks=[pytest.mark.slow] if slow else [],
+                )
+            )
+    return params
+
+
+@pytest.mark.parametrize(("mode", "point", "length"), _sql_params())
+def test_database_stalled(
+    database: Database,
+    services: ServiceControl,
+    tmp_path: Path,
+    mode: str,
+    point: CrashPoint,
+    length: str,
+) -> None:
+    table = f"stall_{uuid.uuid4().hex[:10]}"
+    sink_id = f"stall-{uuid.uuid4().hex[:8]}"
+    service = _service(database)
+    long = length == "long"
+    database.create(table)
+    try:
+        sink = _sql_sink(database, table, mode, 2.0 if long else 5.0)
+        stream = LocalStream(str(tmp_path / "chk"), _batches())
+        plan = StallAt(point=point, service=service, batch_id=STALL_BATCH)
+        log = str(tmp_path / "log")
+        writer = foreach_batch(sink, sink_id, commit_log=log, faults=plan, retry=RETRY)
+        with Stall(services, service, SQL_LONG if long else SQL_SHORT) as stall:
+            if not long:
+                stream.run(writer)
+            else:
+                with pytest.raises(twopc.TwoPCError) as failed:
+                    stream.run(writer)
+                assert not stall.resumed.is_set(), "the sink waited for the database to return"
+                if point is CrashPoint.AFTER_DECISION:
+                    # the restart's recovery meets the same stalled database: it fails
+                    # clearly too, and leaves the decided batch for the next restart
+                    recovery = foreach_batch(sink, sink_id, commit_log=log, retry=RETRY)
+                    with pytest.raises(twopc.CommitError) as in_recovery:
+                        LocalStream(str(tmp_path / "chk"), _batches()).run(recovery)
+                    assert not stall.resumed.is_set()
+        if not long:
+            _assert_exactly_once(database.ids(table))
+            assert database.prepared(sink_id) == []
+            return
+
+        text = _names_task(failed.value, sink_id)
+        print(f"error: {text}")
+        if point is CrashPoint.AFTER_DECISION:
+            assert isinstance(failed.value, twopc.CommitError), repr(failed.value)
+            assert failed.value.partition == 0, repr(failed.value)
+            _names_task(in_recovery.value, sink_id)
+            # decided and prepared: the branches wait for the restart, holding their rows
+            assert len(database.prepared(sink_id)) == PARTITIONS
+            assert not STALLED & set(database.ids(table))
+        visible = database.ids(table)
+        assert all(n == 1 for n in visible.values()), visible
+
+        restart = foreach_batch(sink, sink_id, commit_log=log, retry=RETRY)
+        LocalStream(str(tmp_path / "chk"), _batches()).run(restart)
+        _assert_exactly_once(database.ids(table))
+        assert database.prepared(sink_id) == []
+    finally:
+        database.drop(table)
