@@ -10,6 +10,7 @@ test ends, so no service stays stopped.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -23,8 +24,11 @@ from .services import ServiceControl, Services
 @dataclass(frozen=True)
 class StallAt(FaultPlan):
     """Pause ``service`` when the first attempt of ``partition`` (any on the driver) of
-    ``batch_id`` reaches ``point``. Picklable, like every plan."""
+    ``batch_id`` reaches ``point``, once: the first process to create ``once`` (a file
+    path) pauses, every later match does nothing (a point can fire once per Arrow batch,
+    and tasks run in separate processes). Picklable, like every plan."""
 
+    once: str = ""
     point: CrashPoint = CrashPoint.AFTER_INVOKE
     service: str = "kafka"
     batch_id: int = 1
@@ -47,6 +51,10 @@ class StallAt(FaultPlan):
             return
         if partition not in (None, self.partition) or attempt not in (None, 0):
             return
+        try:
+            os.close(os.open(self.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
         Services().pause(self.service)
 
 
@@ -64,6 +72,7 @@ class Stall:
         self.seconds = seconds
         self.paused = threading.Event()
         self.resumed = threading.Event()
+        self.paused_at = 0.0
         self.resumed_at = 0.0
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -77,12 +86,17 @@ class Stall:
             if self._cancel.is_set() or time.monotonic() > deadline:
                 return
             time.sleep(0.1)
+        self.paused_at = time.monotonic()
         self.services.paused.add(self.service)
         self.paused.set()
         self._cancel.wait(self.seconds)
         self.services.resume(self.service)
         self.resumed_at = time.monotonic()
         self.resumed.set()
+
+    def elapsed(self) -> float:
+        """Seconds since the service was seen paused."""
+        return time.monotonic() - self.paused_at
 
     def __enter__(self) -> Stall:
         self._thread.start()

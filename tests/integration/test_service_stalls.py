@@ -73,13 +73,14 @@ KAFKA_LONG = 14.0  # above the transaction timeout and above the tasks' whole re
 
 
 class FlushingKafkaSink(KafkaSink):
-    """Waits for every record's acknowledgement in ``invoke``, so that a stall after it
-    finds the records in the broker's log, inside the still open transaction."""
+    """Waits for the records' acknowledgement in ``invoke``, so that a stall after it finds
+    them in the broker's log, inside the still open transaction. (What a stalled broker
+    leaves unacknowledged, ``pre_commit``'s own flush reports.)"""
 
     def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         super().invoke(txn, batch)
         if not txn.skip:
-            assert txn.producer.flush(self.timeout) == 0
+            txn.producer.flush(self.timeout)
 
 
 def _kafka_sink(bootstrap: str, topic: str, mode: str, timeout: float) -> KafkaSink:
@@ -154,7 +155,9 @@ def test_kafka_broker_stalled(
     long = length == "long"
     sink = _kafka_sink(kafka_bootstrap, topic, mode, 2.0 if long else 8.0)
     stream = LocalStream(str(tmp_path / "chk"), _batches())
-    stall_plan = StallAt(point=point, service="kafka", batch_id=STALL_BATCH)
+    stall_plan = StallAt(
+        once=str(tmp_path / "stalled"), point=point, service="kafka", batch_id=STALL_BATCH
+    )
     writer = foreach_batch(
         sink, sink_id, commit_log=str(tmp_path / "log"), faults=stall_plan, retry=RETRY
     )
@@ -167,12 +170,14 @@ def test_kafka_broker_stalled(
                 stream.run(writer)
             # bounded: the batch failed while the broker was still stopped
             assert not stall.resumed.is_set(), "the task waited for the broker to come back"
+            print(f"failed {stall.elapsed():.1f}s into the stall")
     if not long:
         _wait_stable(kafka_bootstrap, topic, within=10)
         _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
         return
 
     text = _names_task(failed.value, sink_id)
+    print(f"error: {text}")
     assert "_TIMED_OUT" in text or "not delivered" in text, text
     # The broker aborts the stalled transaction once it runs again (its age is past
     # transaction.timeout.ms): read_committed readers wait no longer than that.
@@ -197,7 +202,8 @@ def test_kafka_broker_stalled(
 # -- PostgreSQL and MariaDB ------------------------------------------------------------------
 
 SQL_SHORT = 1.5  # below the sink's timeouts (5 s)
-SQL_LONG = 12.0  # above two runs of the whole retry budget: 2 attempts of a 2 s timeout each
+SQL_LONG = 8.0  # above the whole retry budget of a run: 2 attempts of a 2 s timeout each
+SQL_LONG_TWICE = 12.0  # the decision case: the first restart's recovery must fail too
 
 
 @pytest.fixture(params=["postgres", "mysql"])
@@ -268,16 +274,20 @@ def test_database_stalled(
     try:
         sink = _sql_sink(database, table, mode, 2.0 if long else 5.0)
         stream = LocalStream(str(tmp_path / "chk"), _batches())
-        plan = StallAt(point=point, service=service, batch_id=STALL_BATCH)
+        plan = StallAt(
+            once=str(tmp_path / "stalled"), point=point, service=service, batch_id=STALL_BATCH
+        )
         log = str(tmp_path / "log")
         writer = foreach_batch(sink, sink_id, commit_log=log, faults=plan, retry=RETRY)
-        with Stall(services, service, SQL_LONG if long else SQL_SHORT) as stall:
+        seconds = SQL_LONG_TWICE if point is CrashPoint.AFTER_DECISION else SQL_LONG
+        with Stall(services, service, seconds if long else SQL_SHORT) as stall:
             if not long:
                 stream.run(writer)
             else:
                 with pytest.raises(twopc.TwoPCError) as failed:
                     stream.run(writer)
                 assert not stall.resumed.is_set(), "the sink waited for the database to return"
+                print(f"failed {stall.elapsed():.1f}s into the stall")
                 if point is CrashPoint.AFTER_DECISION:
                     # the restart's recovery meets the same stalled database: it fails
                     # clearly too, and leaves the decided batch for the next restart
