@@ -156,6 +156,22 @@ def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
     return end_offset(bootstrap, topic, partition)
 
 
+def wait_until_stable(bootstrap: str, topic: str, within: float) -> float:
+    """Seconds until the last stable offset reaches the high watermark; fails after
+    ``within`` seconds (a transaction holding read_committed readers back)."""
+    started = time.monotonic()
+    while True:
+        stable = end_offset(bootstrap, topic, 0, "read_committed")
+        high = end_offset(bootstrap, topic, 0, "read_uncommitted")
+        if stable == high:
+            return time.monotonic() - started
+        assert time.monotonic() - started < within, (
+            f"last stable offset {stable} still below the high watermark {high} after "
+            f"{within}s: read_committed readers are stuck behind a transaction"
+        )
+        time.sleep(0.2)
+
+
 # -- kcat ------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,10 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
+import pyarrow as pa
+
 from twopc.faults import CrashPoint, FaultPlan
+from twopc_kafka.sink import KafkaSink, KafkaTransaction
 
 from .services import ServiceControl, Services
 
@@ -108,12 +111,21 @@ class Stall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None:
-            self._cancel.set()
-        elif not self.paused.is_set():
+        if exc_type is not None or not self.paused.is_set():
             self._cancel.set()
         self._thread.join()
         if self._is_paused():  # paused after the thread gave up: never leave it stopped
             self.services.resume(self.service)
         if exc_type is None:
             assert self.paused.is_set(), f"nothing paused {self.service}: stall point not reached"
+
+
+class FlushingKafkaSink(KafkaSink):
+    """Waits for the records' acknowledgement in ``invoke``, so that a stall after it finds
+    them in the broker's log, inside the still open transaction. (What a stalled broker
+    leaves unacknowledged, ``pre_commit``'s own flush reports.)"""
+
+    def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
+        super().invoke(txn, batch)
+        if not txn.skip:
+            txn.producer.flush(self.timeout)
