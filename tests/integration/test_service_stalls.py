@@ -33,6 +33,7 @@ from twopc_kafka.sink import KafkaSink
 from .kafka_support import create_topic, read_messages, unique, wait_until_stable
 from .services import ServiceControl
 from .stalls import FlushingKafkaSink, Stall, StallAt
+from .test_status_recover import twopc_cli
 
 pytestmark = pytest.mark.integration
 
@@ -286,3 +287,38 @@ def test_database_stalled(
         assert database.prepared(sink_id) == []
     finally:
         database.drop(table)
+
+
+# -- what the operator sees --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["kafka", "postgres", "mysql"])
+def test_status_of_a_stalled_target_fails_clearly(
+    request: pytest.FixtureRequest, services: ServiceControl, tmp_path: Path, backend: str
+) -> None:
+    """``twopc status`` against a stopped service: bounded by the sink's timeouts, exit
+    status 1, and a message that says what happened (not an empty ``TimeoutError:``)."""
+    if backend == "kafka":
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+        options = ["--option", f"bootstrap_servers={bootstrap}"]
+        options += ["--option", f"topic={create_topic(bootstrap)}"]
+        options += ["--option-json", "operation_timeout_seconds=3"]
+        service = "kafka"
+    else:
+        dsn = request.getfixturevalue("postgres_dsn" if backend == "postgres" else "mysql_dsn")
+        options = ["--option", f"dsn={dsn}", "--option", "table=orders"]
+        options += ["--option", "transaction_mode=two_phase"]
+        options += ["--option-json", "connect_timeout_seconds=3"]
+        options += ["--option-json", "read_timeout_seconds=3"]
+        service = _service(Database(backend, dsn))
+    args = [backend, "--sink-id", "stalled", *options, "--commit-log", str(tmp_path / "log")]
+    assert twopc_cli("status", *args).returncode == 0  # the service answers
+    services.pause(service)
+    try:
+        done = twopc_cli("status", *args)
+    finally:
+        services.resume(service)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("twopc status: ")]
+    print(line)
+    assert any(word in line for word in ("timeout", "timed out", "no answer in time")), line
