@@ -56,6 +56,7 @@ class _TimedConnection(psycopg.Connection[Any]):
     acknowledges. Every psycopg operation (statements, COPY chunks, commit, the two-phase
     calls) goes through :meth:`wait`, which takes a timeout; after it the protocol state is
     unknown, so the connection is closed and the operation fails as ``OperationalError``.
+    (``wait`` takes a timeout since psycopg 3.3.8, the floor of the ``postgres`` extra.)
     """
 
     read_timeout: float | None = None
