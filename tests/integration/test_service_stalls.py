@@ -80,15 +80,17 @@ def _names_task(exc: BaseException, sink_id: str) -> str:
 TXN_TIMEOUT_MS = 10_000
 KAFKA_SHORT = 3.0  # below both the operation timeout and the transaction timeout
 KAFKA_LONG = 14.0  # above the transaction timeout and above the tasks' whole retry budget
+KAFKA_LONG_TWICE = 18.0  # the same, for a failed run and a failed restart
 
 
-def _kafka_sink(bootstrap: str, topic: str, mode: str, timeout: float) -> KafkaSink:
+def _kafka_sink(bootstrap: str, topic: str, mode: str, timeout: float, prefix: str) -> KafkaSink:
+    """A new sink object, as a restarted query process builds it."""
     return FlushingKafkaSink(
         bootstrap,
         topic=topic,
         mode=mode,
         key_column="id",
-        transactional_id_prefix=unique("stall"),
+        transactional_id_prefix=prefix,
         transaction_timeout_ms=TXN_TIMEOUT_MS,
         operation_timeout_seconds=timeout,
     )
@@ -129,16 +131,21 @@ def test_kafka_broker_stalled(
     mode, point, long = case.mode, case.point, case.long
     topic = create_topic(kafka_bootstrap)
     sink_id = f"stall-{uuid.uuid4().hex[:8]}"
-    sink = _kafka_sink(kafka_bootstrap, topic, mode, 2.0 if long else 8.0)
+    prefix = unique("stall")
+    timeout = 2.0 if long else 8.0
+    sink = _kafka_sink(kafka_bootstrap, topic, mode, timeout, prefix)
+    # the default long case also restarts while the broker is still stopped: the restart's
+    # recovery (the sweep's probe) and its tasks must give up too
+    again = long and (mode, point) == _KAFKA_DEFAULT_LONG
+    log = str(tmp_path / "log")
     stream = LocalStream(str(tmp_path / "chk"), _batches())
     stall_plan = StallAt(
         once=str(tmp_path / "stalled"), point=point, service="kafka", batch_id=STALL_BATCH
     )
-    writer = foreach_batch(
-        sink, sink_id, commit_log=str(tmp_path / "log"), faults=stall_plan, retry=RETRY
-    )
+    writer = foreach_batch(sink, sink_id, commit_log=log, faults=stall_plan, retry=RETRY)
 
-    with Stall(services, "kafka", KAFKA_LONG if long else KAFKA_SHORT) as stall:
+    seconds = KAFKA_LONG_TWICE if again else KAFKA_LONG if long else KAFKA_SHORT
+    with Stall(services, "kafka", seconds) as stall:
         if not long:
             stream.run(writer)
         else:
@@ -147,6 +154,15 @@ def test_kafka_broker_stalled(
             # bounded: the batch failed while the broker was still stopped
             assert not stall.resumed.is_set(), "the task waited for the broker to come back"
             print(f"failed {stall.elapsed():.1f}s into the stall")
+        if again:
+            early = _kafka_sink(kafka_bootstrap, topic, mode, timeout, prefix)
+            with pytest.raises(twopc.TwoPCError) as in_restart:
+                LocalStream(str(tmp_path / "chk"), _batches()).run(
+                    foreach_batch(early, sink_id, commit_log=log, retry=RETRY)
+                )
+            assert not stall.resumed.is_set(), "the restart waited for the broker to come back"
+            print(f"the restart failed {stall.elapsed():.1f}s into the stall: {in_restart.value}")
+            _names_task(in_restart.value, sink_id)
     if not long:
         wait_until_stable(kafka_bootstrap, topic, within=10)
         _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
@@ -169,7 +185,8 @@ def test_kafka_broker_stalled(
     # stalled transaction may have committed after all: either way, once only.
     assert all(n == 1 for n in committed.values()), committed
 
-    restart = foreach_batch(sink, sink_id, commit_log=str(tmp_path / "log"), retry=RETRY)
+    fresh = _kafka_sink(kafka_bootstrap, topic, mode, timeout, prefix)
+    restart = foreach_batch(fresh, sink_id, commit_log=log, retry=RETRY)
     LocalStream(str(tmp_path / "chk"), _batches()).run(restart)
     wait_until_stable(kafka_bootstrap, topic, within=10)
     _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
