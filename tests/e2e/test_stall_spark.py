@@ -20,6 +20,7 @@ import tests.integration.services
 import tests.integration.stalls
 import twopc
 from tests.e2e.conftest import write_orders
+from tests.e2e.test_spark_files import _run
 from tests.e2e.test_sql_crash_matrix import Database
 from tests.helpers import assert_exactly_once
 from tests.integration.kafka_support import (
@@ -35,7 +36,6 @@ from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
-SCHEMA = "id long, customer string, amount double"
 ROWS = 20
 RETRY = twopc.RetryPolicy(max_attempts=2, initial_backoff_seconds=0.1)
 
@@ -43,22 +43,6 @@ RETRY = twopc.RetryPolicy(max_attempts=2, initial_backoff_seconds=0.1)
 # the tests package: pickle them by value.
 cloudpickle.register_pickle_by_value(tests.integration.stalls)
 cloudpickle.register_pickle_by_value(tests.integration.services)
-
-
-def _run(spark: Any, source: Path, checkpoint: Path, writer: Any) -> None:
-    stream = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .repartition(2, "id")
-    )
-    query = (
-        stream.writeStream.option("checkpointLocation", str(checkpoint))
-        .foreachBatch(writer)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
 
 
 def _fails_while_stalled(

@@ -55,6 +55,15 @@ class Case(NamedTuple):
     def long(self) -> bool:
         return self.length == "long"
 
+    def param(self, *, by_default: bool) -> Any:
+        """The pytest parameter; a long stall not run ``by_default`` is marked slow."""
+        slow = self.long and not by_default
+        return pytest.param(
+            self,
+            id=f"{self.mode}-{self.point.value}-{self.length}",
+            marks=[pytest.mark.slow] if slow else [],
+        )
+
 
 def _batches() -> list[list[pa.Table]]:
     return make_batches(BATCHES, PARTITIONS, ROWS)
@@ -101,30 +110,18 @@ def _keys(bootstrap: str, topic: str, isolation: str) -> Counter[int]:
 
 
 KAFKA_CASES = [
-    (mode, point, length)
+    Case(mode, point, length)
     for mode in ("per_partition", "atomic")
     for point in (CrashPoint.AFTER_INVOKE, CrashPoint.BEFORE_TASK_COMMIT)
     for length in ("short", "long")
 ]
-# one long case runs by default; the rest of the long ones are marked slow
+# one long case runs by default; the other long ones are marked slow
 _KAFKA_DEFAULT_LONG = ("per_partition", CrashPoint.AFTER_INVOKE)
 
 
-def _kafka_params() -> list[Any]:
-    params = []
-    for mode, point, length in KAFKA_CASES:
-        slow = length == "long" and (mode, point) != _KAFKA_DEFAULT_LONG
-        params.append(
-            pytest.param(
-                Case(mode, point, length),
-                id=f"{mode}-{point.value}-{length}",
-                marks=[pytest.mark.slow] if slow else [],
-            )
-        )
-    return params
-
-
-@pytest.mark.parametrize("case", _kafka_params())
+@pytest.mark.parametrize(
+    "case", [c.param(by_default=(c.mode, c.point) == _KAFKA_DEFAULT_LONG) for c in KAFKA_CASES]
+)
 def test_kafka_broker_stalled(
     kafka_bootstrap: str, services: ServiceControl, tmp_path: Path, case: Case
 ) -> None:
@@ -232,23 +229,15 @@ SQL_POINTS = [
 ]
 
 
-def _sql_params() -> list[Any]:
-    params = []
-    for mode, point in SQL_POINTS:
-        for length in ("short", "long"):
-            # the decision case is the one that matters most for two_phase: always run it
-            slow = length == "long" and point is not CrashPoint.AFTER_DECISION
-            params.append(
-                pytest.param(
-                    Case(mode, point, length),
-                    id=f"{mode}-{point.value}-{length}",
-                    marks=[pytest.mark.slow] if slow else [],
-                )
-            )
-    return params
-
-
-@pytest.mark.parametrize("case", _sql_params())
+# the decision case matters most for two_phase: its long stall runs by default
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(mode, point, length).param(by_default=point is CrashPoint.AFTER_DECISION)
+        for mode, point in SQL_POINTS
+        for length in ("short", "long")
+    ],
+)
 def test_database_stalled(
     database: Database, services: ServiceControl, tmp_path: Path, case: Case
 ) -> None:
