@@ -8,6 +8,7 @@ stalls) is in ``tests/integration/test_service_stalls.py`` on the local engine.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -48,14 +49,15 @@ cloudpickle.register_pickle_by_value(tests.integration.services)
 def _fails_while_stalled(
     spark: Any, tmp_path: Path, writer: Any, stall: Stall, sink_id: str
 ) -> str:
-    """Run the query into the stall; it must fail, naming the task, before the resume."""
+    """Run the query into the stall; it must fail, naming a task, before the resume."""
     with pytest.raises(Exception) as failed:  # noqa: PT011  # StreamingQueryException
         _run(spark, tmp_path / "in", tmp_path / "chk", writer)
     assert not stall.resumed.is_set(), "the query waited for the service to come back"
     print(f"failed {stall.elapsed():.1f}s into the stall")
     text = str(failed.value)
-    assert f"sink '{sink_id}', batch 1" in text, text[-3000:]
-    assert "partition 0" in text, text[-3000:]
+    # the task that fails first is named: the stalled one, or another one that met the
+    # stopped service (tasks of a batch run in parallel)
+    assert re.search(rf"sink '{sink_id}', batch 1, partition \d+: ", text), text[-3000:]
     return text
 
 
@@ -75,7 +77,7 @@ def test_kafka_broker_stalled_in_phase1(
     )
     plan = StallAt(once=str(tmp_path / "stalled"), point=CrashPoint.AFTER_INVOKE, service="kafka")
     writer = twopc.foreach_batch(sink, sink_id, faults=plan, retry=RETRY)
-    with Stall(services, "kafka", 25.0) as stall:
+    with Stall(services, "kafka", 16.0) as stall:
         text = _fails_while_stalled(spark, tmp_path, writer, stall, sink_id)
     assert "_TIMED_OUT" in text or "not delivered" in text, text[-3000:]
 
@@ -104,9 +106,9 @@ class SqlCase(NamedTuple):
 
 SQL_CASES = [
     # the driver's COMMIT PREPARED cannot connect: CommitError, recovery commits later
-    SqlCase("postgres", "two_phase", CrashPoint.AFTER_DECISION, 10.0),
+    SqlCase("postgres", "two_phase", CrashPoint.AFTER_DECISION, 8.0),
     # a task's pre-commit gets no answer: the task and its retries fail, batch rerun
-    SqlCase("mysql", "transaction", CrashPoint.AFTER_INVOKE, 15.0),
+    SqlCase("mysql", "transaction", CrashPoint.AFTER_INVOKE, 11.0),
 ]
 
 

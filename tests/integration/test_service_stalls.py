@@ -88,7 +88,7 @@ def _names_task(exc: BaseException, sink_id: str) -> str:
 
 TXN_TIMEOUT_MS = 10_000
 KAFKA_SHORT = 3.0  # below both the operation timeout and the transaction timeout
-KAFKA_LONG = 14.0  # above the transaction timeout and above the tasks' whole retry budget
+KAFKA_LONG = 12.0  # above the transaction timeout and above the tasks' whole retry budget
 KAFKA_LONG_TWICE = 18.0  # the same, for a failed run and a failed restart
 
 
