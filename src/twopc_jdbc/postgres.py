@@ -41,10 +41,8 @@ __all__ = ["PostgresSink"]
 
 # sqlstate classes that retrying will not fix: authorization, unknown database
 _PERMANENT_OPERATIONAL = ("28", "3D")
-# psycopg's wait functions raise this private OperationalError subclass on their timeout
-_WAIT_TIMEOUT: tuple[type[BaseException], ...] = tuple(
-    t for t in (getattr(pgerrors, "_WaitTimeout", None),) if isinstance(t, type)
-)
+# what psycopg's wait raises when its timeout expires (an OperationalError, named private)
+_WAIT_TIMEOUT: type[psycopg.OperationalError] = pgerrors._WaitTimeout
 
 
 class _TimedConnection(psycopg.Connection[Any]):
