@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
 import pyarrow as pa
+import pytest
 
 from twopc.faults import CrashPoint, FaultPlan
 from twopc_kafka.sink import KafkaSink, KafkaTransaction
@@ -100,6 +102,17 @@ class Stall:
     def elapsed(self) -> float:
         """Seconds since the service was seen paused."""
         return time.monotonic() - self.paused_at
+
+    def fails(
+        self, run: Callable[[], object], expected: type[BaseException] = Exception
+    ) -> BaseException:
+        """Run ``run``, which must raise ``expected`` while the service is still stopped:
+        its timeouts and retries are bounded, not waiting for the service to return."""
+        with pytest.raises(expected) as failed:
+            run()
+        assert not self.resumed.is_set(), f"the run waited for {self.service} to come back"
+        print(f"failed {self.elapsed():.1f}s into the stall: {str(failed.value)[-300:]}")
+        return failed.value
 
     def __enter__(self) -> Stall:
         self._thread.start()
