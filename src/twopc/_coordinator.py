@@ -711,9 +711,11 @@ class Coordinator:
             raise
         except TwoPCError as exc:
             raise CommitError(
-                f"commit failed after the decision was recorded; a restart will finish it: {exc}",
+                "commit failed after the decision was recorded; a restart will finish it: "
+                f"{exc.cause_message}",
                 sink_id=self.sink_id,
                 batch_id=first.batch_id,
+                partition=exc.partition,
             ) from exc
         return int(retries)
 

@@ -188,7 +188,9 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     try:
         return int(action(sink, sink_id, log))
     except Exception as exc:  # the target or the log could not be read
-        print(f"twopc {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        # a client's bare timeout (concurrent.futures.TimeoutError) carries no message
+        reason = str(exc) or "no answer in time (is the target stalled or unreachable?)"
+        print(f"twopc {args.command}: {type(exc).__name__}: {reason}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -161,6 +161,8 @@ class SqlSink(Sink[SqlTransaction]):
         transaction_mode: str = "transaction",
         marker_table: str = "twopc_markers",
         lock_timeout_seconds: float = 60.0,
+        connect_timeout_seconds: float = 60.0,
+        read_timeout_seconds: float = 300.0,
         connect_options: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(key_columns, str):
@@ -175,12 +177,15 @@ class SqlSink(Sink[SqlTransaction]):
             transaction_mode=transaction_mode,
             marker_table=TableName.parse(marker_table),
             lock_timeout_seconds=lock_timeout_seconds,
+            connect_timeout_seconds=connect_timeout_seconds,
+            read_timeout_seconds=read_timeout_seconds,
         )
         self.settings = ConnectionSettings.from_url(dsn, self.url_schemes, connect_options)
         clash = sorted(set(self.settings.options) & set(self.reserved_options))
         if clash:
             raise ConfigurationError(
                 f"connect_options {clash} are managed by the {self.backend_name} sink itself"
+                + _timeout_hint(clash)
             )
         two_phase = transaction_mode == "two_phase"
         self.capabilities = Capabilities(
@@ -539,8 +544,16 @@ class SqlSink(Sink[SqlTransaction]):
             try:
                 if self.commit_prepared(xid):
                     return CommitOutcome.COMMITTED
-            except SinkError:
-                raise
+            except SinkError as exc:
+                if exc.sink_id is not None:
+                    raise
+                # a hook's own error (cannot connect, timed out): name the partition
+                raise type(exc)(
+                    f"commit failed: {exc.cause_message}",
+                    sink_id=c.sink_id,
+                    batch_id=c.batch_id,
+                    partition=c.partition,
+                ) from exc
             except Exception as exc:
                 raise self._commit_error(exc, c) from exc
             return self._already_or_lost(c)
@@ -679,6 +692,12 @@ class SqlSink(Sink[SqlTransaction]):
             if committable is not None:
                 found.append(committable)
         return found
+
+
+def _timeout_hint(clash: Sequence[str]) -> str:
+    if any("timeout" in name for name in clash):
+        return " (set connect_timeout_seconds= / read_timeout_seconds= instead)"
+    return ""
 
 
 def _key(query_id: str, batch_id: int, partition: int, attempt: int) -> tuple[str, int, int, int]:

@@ -107,6 +107,10 @@ class SqlOptions:
     transaction_mode: str = "transaction"
     marker_table: TableName = TableName("twopc_markers")
     lock_timeout_seconds: float = 60.0
+    connect_timeout_seconds: float = 60.0
+    read_timeout_seconds: float = 300.0
+    """Client side: how long the sink waits for any answer of the server (a stalled server
+    keeps the connection open and silent; no server-side setting can end that wait)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -125,8 +129,9 @@ class SqlOptions:
                 raise ConfigurationError(f"invalid column name {column!r}")
         if len(set(self.key_columns)) != len(self.key_columns):
             raise ConfigurationError("key_columns has duplicates")
-        if self.lock_timeout_seconds <= 0:
-            raise ConfigurationError("lock_timeout_seconds must be positive")
+        for name in ("lock_timeout_seconds", "connect_timeout_seconds", "read_timeout_seconds"):
+            if not getattr(self, name) > 0:
+                raise ConfigurationError(f"{name} must be positive")
 
     @property
     def needs_staging(self) -> bool:

@@ -148,14 +148,21 @@ class MySQLSink(SqlSink):
 
     Takes the same options as :class:`twopc_jdbc.postgres.PostgresSink`; ``dsn`` is
     ``mysql://user:password@host:port/database``, and ``connect_options`` go to
-    ``pymysql.connect`` (``ssl={...}``, ``ssl_ca``, ``connect_timeout``, ...).
+    ``pymysql.connect`` (``ssl={...}``, ``ssl_ca``, ...); its socket timeouts come from
+    ``connect_timeout_seconds`` and ``read_timeout_seconds`` (also the write timeout).
     ``LOAD DATA LOCAL`` needs ``local_infile=ON`` on the server (MariaDB's default; MySQL 8
     defaults to OFF).
     """
 
     backend_name = "mysql"
     url_schemes = ("mysql", "mariadb")
-    reserved_options = ("autocommit", "local_infile")
+    reserved_options = (
+        "autocommit",
+        "local_infile",
+        "connect_timeout",
+        "read_timeout",
+        "write_timeout",
+    )
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -170,6 +177,10 @@ class MySQLSink(SqlSink):
             "charset": "utf8mb4",
             # Timestamps are written as UTC; TIMESTAMP columns must not shift them.
             "init_command": "SET time_zone = '+00:00'",
+            # socket timeouts: a stalled server cannot hang a task or the driver forever
+            "connect_timeout": self.options.connect_timeout_seconds,
+            "read_timeout": self.options.read_timeout_seconds,
+            "write_timeout": self.options.read_timeout_seconds,
             **{key: _coerce(value) for key, value in settings.options.items()},
         }
         try:

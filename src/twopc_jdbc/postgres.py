@@ -41,6 +41,35 @@ __all__ = ["PostgresSink"]
 
 # sqlstate classes that retrying will not fix: authorization, unknown database
 _PERMANENT_OPERATIONAL = ("28", "3D")
+# what psycopg's wait raises when its timeout expires (an OperationalError, named private)
+_WAIT_TIMEOUT: type[psycopg.OperationalError] = pgerrors._WaitTimeout
+
+
+class _TimedConnection(psycopg.Connection[Any]):
+    """A connection that waits at most ``read_timeout`` seconds for any answer.
+
+    A stalled server (stopped process, network dropping packets) keeps the socket open and
+    silent. libpq then waits forever: ``statement_timeout`` runs on the server, and TCP
+    keepalives or ``tcp_user_timeout`` see nothing wrong while the server's kernel still
+    acknowledges. Every psycopg operation (statements, COPY chunks, commit, the two-phase
+    calls) goes through :meth:`wait`, which takes a timeout; after it the protocol state is
+    unknown, so the connection is closed and the operation fails as ``OperationalError``.
+    (``wait`` takes a timeout since psycopg 3.3.8, the floor of the ``postgres`` extra.)
+    """
+
+    read_timeout: float | None = None
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if timeout is not None or self.read_timeout is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.read_timeout)
+        except _WAIT_TIMEOUT as exc:
+            self.close()
+            raise psycopg.OperationalError(
+                f"no answer from the server within {self.read_timeout:g}s "
+                "(read_timeout_seconds); the connection was closed"
+            ) from exc
 
 
 _PG_TYPES: list[tuple[Callable[[pa.DataType], bool], str]] = [
@@ -106,18 +135,23 @@ class PostgresSink(SqlSink):
             (``PREPARE TRANSACTION`` in the task, ``COMMIT PREPARED`` on the driver).
         marker_table: where commit markers live (created if missing).
         lock_timeout_seconds: ``lock_timeout`` inside each transaction.
+        connect_timeout_seconds: libpq's ``connect_timeout``.
+        read_timeout_seconds: the longest wait for any answer of the server (client side:
+            a stalled server cannot hang a task or the driver longer than this).
         connect_options: passed to ``psycopg.connect`` (``sslmode``, ``sslrootcert``, ...).
     """
 
     backend_name = "postgres"
     url_schemes = ("postgresql", "postgres")
-    reserved_options = ("autocommit",)
+    reserved_options = ("autocommit", "connect_timeout")
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
         params: dict[str, Any] = {
             "host": settings.host,
             "autocommit": autocommit,
+            # libpq takes whole seconds; 1 is the smallest that means "bounded"
+            "connect_timeout": max(1, round(self.options.connect_timeout_seconds)),
             **dict(settings.options),
         }
         for key, value in (
@@ -129,11 +163,13 @@ class PostgresSink(SqlSink):
             if value is not None:
                 params[key] = value
         try:
-            return psycopg.connect(**params)
+            conn = _TimedConnection.connect(**params)
         except psycopg.Error as exc:
             raise self.classify(exc)(
                 f"cannot connect to {settings.describe()}: {_first_line(exc)}"
             ) from exc
+        conn.read_timeout = self.options.read_timeout_seconds
+        return conn
 
     def classify(self, exc: Exception) -> type[SinkError]:
         state = getattr(exc, "sqlstate", None) or ""

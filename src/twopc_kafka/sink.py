@@ -333,6 +333,10 @@ class KafkaSink(Sink[KafkaTransaction]):
             # A Python callback per delivered record costs more than producing it; failures
             # still report, and flush() still waits for every record.
             "delivery.report.only.error": True,
+            # A stalled broker answers nothing, and librdkafka then waits for each request
+            # until socket.timeout.ms (60 s, capped at transaction.timeout.ms), whatever the
+            # call's own timeout: send_offsets_to_transaction would block that long.
+            "socket.timeout.ms": self._request_timeout_ms(),
             **self._base_config(),
             **_ENFORCED,
             "transactional.id": transactional_id,
@@ -341,6 +345,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         if errors is not None and "error_cb" not in config:
             config["error_cb"] = errors
         return Producer(config)
+
+    def _request_timeout_ms(self) -> int:
+        """librdkafka's ``socket.timeout.ms`` for the producers: the operation timeout."""
+        return max(10, min(int(self.timeout * 1000), self.transaction_timeout_ms))
 
     def _admin_only_config(self) -> dict[str, Any]:
         producer_only = ("linger.ms", "batch.size", "compression.type", "queue.buffering")

@@ -139,13 +139,37 @@ def uncommitted_keys(bootstrap: str, topic: str) -> Counter[str]:
     return Counter(m.text_key for m in read_messages(bootstrap, topic, "read_uncommitted"))
 
 
-def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
-    """The end offset a ``read_committed`` consumer sees (the last stable offset)."""
-    with reader(bootstrap, topic, "read_committed") as (consumer, _):
+def end_offset(
+    bootstrap: str, topic: str, partition: int = 0, isolation: str = "read_committed"
+) -> int:
+    """The end offset a consumer with this isolation level sees: for ``read_committed`` the
+    last stable offset, for ``read_uncommitted`` the high watermark."""
+    with reader(bootstrap, topic, isolation) as (consumer, _):
         _, high = consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=TIMEOUT, cached=False
         )
         return int(high)
+
+
+def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The end offset a ``read_committed`` consumer sees (the last stable offset)."""
+    return end_offset(bootstrap, topic, partition)
+
+
+def wait_until_stable(bootstrap: str, topic: str, within: float) -> float:
+    """Seconds until the last stable offset reaches the high watermark; fails after
+    ``within`` seconds (a transaction holding read_committed readers back)."""
+    started = time.monotonic()
+    while True:
+        stable = end_offset(bootstrap, topic, 0, "read_committed")
+        high = end_offset(bootstrap, topic, 0, "read_uncommitted")
+        if stable == high:
+            return time.monotonic() - started
+        assert time.monotonic() - started < within, (
+            f"last stable offset {stable} still below the high watermark {high} after "
+            f"{within}s: read_committed readers are stuck behind a transaction"
+        )
+        time.sleep(0.2)
 
 
 # -- kcat ------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ The fixtures in ``conftest.py`` wrap this; it is also usable on its own::
     env = services.start("postgres")     # -> {"POSTGRES_DSN": "postgresql://...", ...}
     services.kill("postgres")            # SIGKILL, stays down
     services.restart("postgres")         # back up and accepting connections
+    services.pause("kafka")              # SIGSTOP: connections stay open, nothing answers
+    services.resume("kafka")             # SIGCONT
 """
 
 from __future__ import annotations
@@ -136,6 +138,16 @@ class Services:
         self._check(name)
         self._run("restart", name)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP the service's process tree: it stalls (connections hang), until resume."""
+        self._check(name)
+        self._run("pause", name)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT what :meth:`pause` stopped."""
+        self._check(name)
+        self._run("resume", name)
+
     def status(self) -> str:
         return self._run("status")
 
@@ -146,11 +158,12 @@ class Services:
 
 
 class ServiceControl:
-    """Kill/restart services in the middle of a test; remembers what it took down."""
+    """Kill/pause/restart services in the middle of a test; remembers what it took down."""
 
     def __init__(self, services: Services) -> None:
         self._services = services
         self.down: set[str] = set()
+        self.paused: set[str] = set()
 
     def start(self, name: str) -> None:
         self._services.start(name)
@@ -170,6 +183,16 @@ class ServiceControl:
         self._services.restart(name)
         self.down.discard(name)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP the service (``scripts/services pause NAME``); it stalls until resumed."""
+        self.paused.add(name)
+        self._services.pause(name)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT it (``scripts/services resume NAME``)."""
+        self._services.resume(name)
+        self.paused.discard(name)
+
     def status(self) -> str:
         return self._services.status()
 
@@ -177,6 +200,9 @@ class ServiceControl:
         return self._services.env()
 
     def bring_back(self) -> None:
+        for name in sorted(self.paused):
+            self._services.resume(name)
+        self.paused.clear()
         for name in sorted(self.down):
             self._services.start(name)
         self.down.clear()
