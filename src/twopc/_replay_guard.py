@@ -15,10 +15,11 @@ from typing import Any
 
 from twopc._commit_log import BatchRun, CommitLog
 from twopc.errors import (
+    BatchFailedError,
     CheckpointMismatchError,
     CommitStateUnknownError,
     ReplayMismatchError,
-    TwoPCError,
+    SinkError,
 )
 from twopc.protocol import Footprint, RecoveryScope, Sink
 
@@ -44,11 +45,11 @@ class ReplayGuard:
         """The sink's markers, with its errors naming the sink and the batch being run."""
         try:
             return self.sink.committed_partitions(scope, batch_id, footprint)
-        except TwoPCError as exc:
-            if exc.sink_id is not None:
-                raise
-            raise type(exc)(
-                f"reading the target's markers failed: {exc.cause_message}",
+        except SinkError as exc:
+            # Every check runs before phase 1: nothing of the batch is written yet.
+            raise BatchFailedError(
+                "reading the target's markers before phase 1 failed (nothing of the batch "
+                f"was written; a restart runs it again): {exc.cause_message}",
                 sink_id=self.sink_id,
                 batch_id=batch_id if asked_for is None else asked_for,
             ) from exc

@@ -107,6 +107,34 @@ class _ClientErrors:
             self.last = error
 
 
+def _classify(exc: BaseException, client_error: KafkaError | None) -> tuple[type[SinkError], str]:
+    """The error class and cause text for a failed client call: permanent for wrong
+    credentials or settings, transient otherwise, with the client's last error (connection
+    refused, authentication failed) where the call itself only says "timed out"."""
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    timed_out = error is None and isinstance(exc, TimeoutError)
+    if (
+        (timed_out or (error is not None and error.code() == KafkaError._TIMED_OUT))
+        and client_error is not None
+        and client_error.code() in _PERMANENT_CODES
+    ):
+        error = client_error  # e.g. wrong credentials: say so, not "timed out"
+    if error is not None and error.code() in _PERMANENT_CODES:
+        return (
+            PermanentSinkError,
+            f"{_PERMANENT_CODES[error.code()]} ({error.name()}: {error.str()})",
+        )
+    if error is not None:
+        cause = f"{error.name()}: {error.str()}"
+    elif timed_out:
+        cause = "timed out"
+    else:
+        cause = f"{type(exc).__name__}: {exc}"
+    if client_error is not None and client_error is not error:
+        cause += f" (last client error: {client_error.name()}: {client_error.str()})"
+    return TransientSinkError, cause
+
+
 @dataclass
 class KafkaTransaction:
     """One task's producer and open transaction."""
@@ -361,25 +389,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         what: str,
         client_error: KafkaError | None = None,
     ) -> SinkError:
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if (
-            error is not None
-            and error.code() == KafkaError._TIMED_OUT
-            and client_error is not None
-            and client_error.code() in _PERMANENT_CODES
-        ):
-            error = client_error  # e.g. wrong credentials: say so, not "timed out"
-        if error is not None and error.code() in _PERMANENT_CODES:
-            kind: type[SinkError] = PermanentSinkError
-            cause = f"{_PERMANENT_CODES[error.code()]} ({error.name()}: {error.str()})"
-        elif error is not None:
-            kind = TransientSinkError
-            cause = f"{error.name()}: {error.str()}"
-            if client_error is not None:
-                cause += f" (last client error: {client_error.name()}: {client_error.str()})"
-        else:
-            kind = TransientSinkError
-            cause = f"{type(exc).__name__}: {exc}"
+        kind, cause = _classify(exc, client_error)
         return kind(
             f"{what}: {cause}",
             sink_id=ctx.sink_id,
@@ -734,11 +744,24 @@ class KafkaSink(Sink[KafkaTransaction]):
         """Partitions whose marker group (under the footprint's prefix) shows ``batch_id``
         or a later batch committed."""
         prefix = str(footprint.naming.get("transactional_id_prefix", self.prefix))
-        admin = AdminClient(self._admin_only_config())
-        groups = [
-            g for g in self._marker_groups(admin, scope.sink_id, prefix) if g[1] == scope.query_id
-        ]
-        return {m.partition for m in self._marker_offsets(admin, groups) if m.batch_id >= batch_id}
+        client_errors = _ClientErrors()
+        config: dict[str, Any] = {**self._admin_only_config(), "error_cb": client_errors}
+        admin = AdminClient(config)
+        try:
+            groups = [
+                g
+                for g in self._marker_groups(admin, scope.sink_id, prefix)
+                if g[1] == scope.query_id
+            ]
+            markers = self._marker_offsets(admin, groups)
+        except (KafkaException, TimeoutError) as exc:
+            admin.poll(0)  # serves error_cb: why the broker could not be reached
+            kind, cause = _classify(exc, client_errors.last)
+            raise kind(
+                f"cannot read the marker groups {prefix}.{scope.sink_id}.* on "
+                f"{self.bootstrap_servers}: {cause}"
+            ) from exc
+        return {m.partition for m in markers if m.batch_id >= batch_id}
 
     def _probe(self, sink_id: str, partition: int) -> bool:
         return self._probe_id(self.transactional_id(sink_id, partition))

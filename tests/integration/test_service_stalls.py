@@ -154,7 +154,11 @@ def test_kafka_broker_stalled(
                 lambda: LocalStream(str(tmp_path / "chk"), _batches()).run(restart_early),
                 twopc.TwoPCError,
             )
-            _names_task(in_restart, sink_id)
+            # the restart's first step, reading the marker groups before phase 1, gives up
+            text = str(in_restart)
+            assert isinstance(in_restart, twopc.BatchFailedError), text
+            assert f"sink {sink_id!r}, batch {STALL_BATCH}" in text, text
+            assert "cannot read the marker groups" in text and "timed out" in text, text
     if not long:
         wait_until_stable(kafka_bootstrap, topic, within=10)
         _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
