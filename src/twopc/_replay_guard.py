@@ -15,11 +15,10 @@ from typing import Any
 
 from twopc._commit_log import BatchRun, CommitLog
 from twopc.errors import (
-    BatchFailedError,
     CheckpointMismatchError,
     CommitStateUnknownError,
     ReplayMismatchError,
-    SinkError,
+    TwoPCError,
 )
 from twopc.protocol import Footprint, RecoveryScope, Sink
 
@@ -45,9 +44,12 @@ class ReplayGuard:
         """The sink's markers, with its errors naming the sink and the batch being run."""
         try:
             return self.sink.committed_partitions(scope, batch_id, footprint)
-        except SinkError as exc:
-            # Every check runs before phase 1: nothing of the batch is written yet.
-            raise BatchFailedError(
+        except TwoPCError as exc:
+            if exc.sink_id is not None:
+                raise
+            # Every check runs before phase 1: nothing of the batch is written yet. The
+            # sink's class stays (a wrong password is permanent, a stalled server transient).
+            raise type(exc)(
                 "reading the target's markers before phase 1 failed (nothing of the batch "
                 f"was written; a restart runs it again): {exc.cause_message}",
                 sink_id=self.sink_id,

@@ -49,6 +49,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--workdir", type=Path, default=REPO / ".chaos", help="run directories (kept on failure)"
     )
     parser.add_argument("--max-restarts", type=int, default=6, help="query attempts per run")
+    parser.add_argument(
+        "--cold-spark",
+        action="store_true",
+        help="start a Spark driver process per attempt (default: long-lived drivers)",
+    )
     parser.add_argument("--sink-factory", default="", help=argparse.SUPPRESS)  # tests only
     parser.add_argument("--list", action="store_true", help="print the scenarios and stop")
     args = parser.parse_args(argv)
@@ -80,7 +85,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"seed={scenario.seed} {scenario.describe()}")
         return 0
 
-    runner = Runner(args.workdir, Services(), args.sink_factory, args.max_restarts)
+    runner = Runner(
+        args.workdir, Services(), args.sink_factory, args.max_restarts, warm=not args.cold_spark
+    )
+    try:
+        results, seconds = _campaign(runner, scenarios, options, args, first)
+    finally:
+        runner.close()
+    print_summary(results, seconds)
+    failed = [r for r in results if not r.passed]
+    for result in failed:
+        command = repro(result.scenario, options, args.sink_factory)
+        print(f"FAILED seed {result.scenario.seed}: {command}")
+    return 1 if failed else 0
+
+
+def _campaign(
+    runner: Runner,
+    scenarios: Sequence[Scenario],
+    options: Options,
+    args: argparse.Namespace,
+    first: int,
+) -> tuple[list[RunResult], float]:
     started = time.monotonic()
     results: list[RunResult] = []
     for number, scenario in enumerate(scenarios, 1):
@@ -94,12 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"    reproduce: {repro(scenario, options, args.sink_factory)}", flush=True)
         if args.json:
             write_json(args.json, first, options, results, time.monotonic() - started)
-    print_summary(results, time.monotonic() - started)
-    failed = [r for r in results if not r.passed]
-    for result in failed:
-        command = repro(result.scenario, options, args.sink_factory)
-        print(f"FAILED seed {result.scenario.seed}: {command}")
-    return 1 if failed else 0
+    return results, time.monotonic() - started
 
 
 def repro(scenario: Scenario, options: Options, factory: str) -> str:
@@ -124,6 +145,7 @@ def print_mix(scenarios: Sequence[Scenario]) -> None:
     timings = Counter(s.timing for s in scenarios)
     backends = Counter(s.label for s in scenarios)
     events = Counter(f"{s.engine}:{s.event}" for s in scenarios)
+    events.update(f"{s.engine}:pause" for s in scenarios if s.pause_for)
     print("mix: " + _counts(engines) + " | " + _counts(timings), flush=True)
     print("     targets " + _counts(targets), flush=True)
     print("     backends " + _counts(backends), flush=True)
@@ -153,7 +175,9 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
     by_event: dict[str, list[RunResult]] = defaultdict(list)
     for r in results:
         by_event[f"{r.scenario.engine}:{r.scenario.event}"].append(r)
-    print("\nruns by engine:event (passed/runs)")
+        if r.scenario.pause_for:
+            by_event[f"{r.scenario.engine}:pause"].append(r)
+    print("\nruns by engine:event (passed/runs; a paused run also counts under its event)")
     for kind, group in sorted(by_event.items()):
         print(f"  {kind:<24}{sum(r.passed for r in group):>6}/{len(group)}")
     spark = sum(1 for r in results if r.scenario.engine == "spark")

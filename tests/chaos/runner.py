@@ -20,10 +20,11 @@ from typing import Any
 
 from tests.chaos import procs
 from tests.chaos.query import run_query
-from tests.chaos.scenario import Scenario
+from tests.chaos.scenario import SERVICE, Scenario
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.spark_query import STOP_AFTER_ENV
 from tests.chaos.targets import Target, make_target
+from tests.chaos.warm_spark import HostAttempt, WarmSpark
 from tests.integration.services import Services
 
 LOCAL_TIMEOUT = 90.0
@@ -43,6 +44,7 @@ class RunResult:
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     kept: str | None = None
+    paused: bool = False  # the scenario's service pause happened (a restart ran)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +58,7 @@ class RunResult:
             "seconds": round(self.seconds, 3),
             "problems": self.problems,
             "kept": self.kept,
+            "paused": self.paused,
         }
 
 
@@ -67,16 +70,31 @@ class Runner:
         services: the ``scripts/services`` wrapper (kills, restarts, settings).
         factory: ``module:function`` replacing the files sink (a broken one, in tests).
         max_restarts: query attempts per run, the first (injected) one included.
+        warm: run Spark attempts in long-lived Spark drivers (``tests.chaos.spark_host``),
+            except a first attempt whose driver is the kill target; ``False`` starts a
+            process per attempt.
     """
 
     def __init__(
-        self, workdir: Path, services: Services, factory: str = "", max_restarts: int = 6
+        self,
+        workdir: Path,
+        services: Services,
+        factory: str = "",
+        max_restarts: int = 6,
+        *,
+        warm: bool = True,
     ) -> None:
         self.workdir = workdir
         self.services = services
         self.factory = factory
         self.max_restarts = max_restarts
+        self.warm = WarmSpark(workdir) if warm else None
         self._env: dict[str, str] | None = None
+
+    def close(self) -> None:
+        """Stop the long-lived Spark drivers."""
+        if self.warm is not None:
+            self.warm.close()
 
     @property
     def env(self) -> dict[str, str]:
@@ -141,13 +159,23 @@ class Runner:
             environ: dict[str, str | None] = {"TWOPC_FAULTS": faults}
             if index == 1 and scenario.event == "stop":
                 environ[STOP_AFTER_ENV] = f"{scenario.stop_delay:g}"
-            attempt = self._start(scenario, shape[0], run_dir, log, environ, partitions=shape[1])
+            attempt = self._start(
+                scenario, shape[0], run_dir, log, environ, partitions=shape[1], first=first
+            )
             injector = _Injector(self, scenario, target, attempt, log) if first else None
+            pauser = (
+                _Pauser(self.services, scenario, attempt, log)
+                if index == 1 and scenario.pause_for
+                else None
+            )
+            tick = injector.tick if injector else pauser.tick if pauser else lambda: None
             timeout = SPARK_TIMEOUT if scenario.engine == "spark" else LOCAL_TIMEOUT
             try:
-                code = attempt.wait(timeout, injector.tick if injector else lambda: None)
+                code = attempt.wait(timeout, tick)
             finally:
                 attempt.finish()  # nothing of an attempt outlives it, even on an error
+                if pauser is not None:
+                    result.paused = pauser.finish()
             result.attempts = index + 1
             if code is None:
                 result.problems.append(f"attempt {index} timed out after {timeout:.0f}s")
@@ -184,7 +212,8 @@ class Runner:
         environ: dict[str, str | None],
         *,
         partitions: int,
-    ) -> procs.Attempt:
+        first: bool,
+    ) -> procs.Attempt | HostAttempt:
         checkpoint = str(run_dir / "chk")
         if scenario.engine == "local":
             return procs.fork_driver(
@@ -199,6 +228,18 @@ class Runner:
                 ),
                 log,
                 environ,
+            )
+        if self.warm is not None and not (first and scenario.target == "driver"):
+            stop_after = environ.get(STOP_AFTER_ENV)
+            return self.warm.start(
+                scenario.master,
+                spec,
+                checkpoint=checkpoint,
+                source=str(run_dir / "in"),
+                partitions=partitions,
+                log=log,
+                faults=environ.get("TWOPC_FAULTS"),
+                stop_after=float(stop_after) if stop_after else None,
             )
         args = [
             "-m",
@@ -287,7 +328,7 @@ class _Injector:
         runner: Runner,
         scenario: Scenario,
         target: Target,
-        attempt: procs.Attempt,
+        attempt: procs.Attempt | HostAttempt,
         log: Path,
     ) -> None:
         self.runner, self.scenario, self.target = runner, scenario, target
@@ -320,6 +361,48 @@ class _Injector:
         elif target == "service":
             self.hit = True
             self.runner.bounce(self.target, self.scenario.downtime)
+
+
+class _Pauser:
+    """The scenario's service pause during the first restart: SIGSTOP at ``pause_at``
+    seconds (Spark: after the query started), SIGCONT ``pause_for`` seconds later, and
+    always SIGCONT when the attempt ends first."""
+
+    def __init__(
+        self,
+        services: Services,
+        scenario: Scenario,
+        attempt: procs.Attempt | HostAttempt,
+        log: Path,
+    ) -> None:
+        self.services, self.scenario, self.log = services, scenario, log
+        self.service = SERVICE[scenario.backend] or ""
+        self._origin: float | None = None if scenario.engine == "spark" else attempt.started
+        self._paused_at: float | None = None
+        self._done = False
+
+    def tick(self) -> None:
+        if self._done:
+            return
+        now = time.monotonic()
+        if self._origin is None:
+            if SPARK_STARTED not in self.log.read_text(errors="replace"):
+                return
+            self._origin = now
+        if self._paused_at is None:
+            if now - self._origin >= self.scenario.pause_at:
+                self.services.pause(self.service)
+                self._paused_at = now
+        elif now - self._paused_at >= self.scenario.pause_for:
+            self.services.resume(self.service)
+            self._done = True
+
+    def finish(self) -> bool:
+        """Resume the service if it is still paused; whether it was paused at all."""
+        if self._paused_at is not None and not self._done:
+            self.services.resume(self.service)
+            self._done = True
+        return self._paused_at is not None
 
 
 def _write_spark_input(scenario: Scenario, directory: Path) -> None:

@@ -65,6 +65,12 @@ checkpoint is copied after the crash and put back once the query has finished, t
 query runs again (``restore``); the second attempt is stopped with ``query.stop()`` after a
 random delay (``stop``, Spark only)."""
 EVENT_WEIGHTS = {"none": 0.55, "rescale": 0.15, "rename": 0.1, "restore": 0.1, "stop": 0.1}
+PAUSE_SHARE = 0.12
+"""Share of runs on a backend with a service whose first restart sees that service stopped
+(SIGSTOP, ``scripts/services pause``) for ``PAUSE_SECONDS`` and resumed: recovery and the
+replayed batches meet a stalled server. Drawn from a stream of its own (``pause-SEED``), so
+every other field of a seed's scenario stays as it was before pauses were drawn."""
+PAUSE_SECONDS = (1.0, 8.0)
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ class Scenario:
     event: str = "none"  # see EVENTS
     partitions_after: int = 0  # the restarts' partition count (rescale); 0: unchanged
     stop_delay: float = 0.0  # seconds into the second attempt when it is stopped
+    pause_at: float = 0.0  # seconds into the second attempt when the service is paused
+    pause_for: float = 0.0  # seconds it stays paused; 0: no pause
 
     @property
     def service(self) -> str | None:
@@ -134,6 +142,9 @@ class Scenario:
             event = f" then stop after {self.stop_delay:.2f}s"
         elif self.event != "none":
             event = f" then {self.event}"
+        if self.pause_for:
+            service = SERVICE[self.backend]
+            event += f" +pause {service} {self.pause_for:.1f}s at {self.pause_at:.2f}s"
         return (
             f"{self.label} {self.engine} {where} {what} "
             f"[{self.batches}x{self.partitions}x{self.rows}]{event}"
@@ -191,6 +202,7 @@ def draw(seed: int, options: Options) -> Scenario:
         delay = round(rng.uniform(0.0, window), 3)
     downtime = round(rng.uniform(0.0, 2.0), 3) if target == "service" else 0.0
     event, partitions_after, stop_delay = _event(seed, backend, engine, partitions, batches)
+    pause_at, pause_for = _pause(seed, backend, engine, batches)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -211,6 +223,8 @@ def draw(seed: int, options: Options) -> Scenario:
         event=event,
         partitions_after=partitions_after,
         stop_delay=stop_delay,
+        pause_at=pause_at,
+        pause_for=pause_for,
     )
 
 
@@ -230,6 +244,15 @@ def _event(
     if event == "stop":
         stop_delay = round(rng.uniform(0.0, DELAY_PER_BATCH["spark"] * batches), 3)
     return event, partitions_after, stop_delay
+
+
+def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, float]:
+    """When the first restart pauses the backend's service, and for how long."""
+    rng = random.Random(f"pause-{seed}")
+    if SERVICE.get(backend) is None or rng.random() >= PAUSE_SHARE:
+        return 0.0, 0.0
+    window = DELAY_PER_BATCH["spark" if engine == "spark" else backend] * batches
+    return round(rng.uniform(0.0, window), 3), round(rng.uniform(*PAUSE_SECONDS), 3)
 
 
 def _event_applies(event: str, backend: str, engine: str) -> bool:

@@ -5,6 +5,8 @@ runs (the runner counts delayed kills from there) and exits 0 when every file is
 started). Fault injection comes from ``TWOPC_FAULTS``.
 
     python -m tests.chaos.spark_query --spec JSON --checkpoint DIR --input DIR [--master M]
+
+``session`` and ``run_query`` are shared with the long-lived ``tests.chaos.spark_host``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import threading
+from typing import Any
 
 from tests.chaos.sinks import SinkSpec, build_sink
 
@@ -26,24 +29,13 @@ def emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.spark_query")
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--partitions", type=int, default=2)
-    args = parser.parse_args()
-    spec = SinkSpec.loads(args.spec)
-
+def session(master: str) -> Any:
+    """The campaign's SparkSession on ``master``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    import twopc
 
     spark = (
-        SparkSession.builder.master(args.master)
+        SparkSession.builder.master(master)
         .appName("twopc-chaos")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -54,20 +46,42 @@ def main() -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_query(
+    spark: Any,
+    spec: SinkSpec,
+    checkpoint: str,
+    source: str,
+    partitions: int,
+    *,
+    stop_after: float | None = None,
+    faults: str | None = None,
+) -> int:
+    """Run the query until its input is committed; the exit code as documented above.
+
+    ``faults``: a ``TWOPC_FAULTS`` plan for this query only (default: the environment's)."""
+    from pyspark.sql import functions as F
+
+    import twopc
+    from twopc.faults import FaultPlan
+
     frame = (
         spark.readStream.schema("id long, payload string")
         .option("maxFilesPerTrigger", 1)
-        .json(args.input)
+        .json(source)
         # hash partitioning is deterministic: a replayed batch splits the same way
-        .repartition(args.partitions, "id")
+        .repartition(partitions, "id")
     )
     if spec.backend == "kafka":
         frame = frame.withColumn("key", F.col("id").cast("string"))
+    plan = FaultPlan.parse(faults) if faults else None
     writer = twopc.foreach_batch(
-        build_sink(spec), sink_id=spec.sink_id, commit_log=spec.commit_log(args.checkpoint)
+        build_sink(spec), sink_id=spec.sink_id, commit_log=spec.commit_log(checkpoint), faults=plan
     )
     query = (
-        frame.writeStream.option("checkpointLocation", args.checkpoint)
+        frame.writeStream.option("checkpointLocation", checkpoint)
         .foreachBatch(writer)
         .trigger(availableNow=True)
         .start()
@@ -80,15 +94,13 @@ def main() -> int:
         stopped.set()
         query.stop()
 
-    stop_after = os.environ.get(STOP_AFTER_ENV)
-    stopper = threading.Timer(float(stop_after), stop_query) if stop_after else None
+    stopper = threading.Timer(stop_after, stop_query) if stop_after is not None else None
     if stopper is not None:
         stopper.start()
     try:
         query.awaitTermination()
     except Exception as exc:  # StreamingQueryException: report it, exit non-zero
         emit("query-failed", error=str(exc)[:2000])
-        spark.stop()
         return 1
     finally:
         if stopper is not None:
@@ -96,12 +108,32 @@ def main() -> int:
     if stopped.is_set():
         emit("query-stopped")
         writer.close()
-        spark.stop()
         return STOPPED_EXIT
     emit("query-finished")
     writer.close()  # a clean stop: the writer's liveness record goes (a crash leaves it)
-    spark.stop()
     return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.spark_query")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+    spark = session(args.master)
+    stop_after = os.environ.get(STOP_AFTER_ENV)
+    code = run_query(
+        spark,
+        SinkSpec.loads(args.spec),
+        args.checkpoint,
+        args.input,
+        args.partitions,
+        stop_after=float(stop_after) if stop_after else None,
+    )
+    spark.stop()
+    return code
 
 
 if __name__ == "__main__":

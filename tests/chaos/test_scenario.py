@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -64,3 +65,17 @@ def test_events_are_drawn_apart_and_only_where_they_apply() -> None:
             assert s.partitions_after not in (0, s.partitions)
         else:
             assert s.partitions_after == 0
+
+
+def test_pauses_are_drawn_apart_and_only_where_a_service_runs() -> None:
+    options = Options(spark_share=0.2)
+    scenarios = [draw(seed, options) for seed in range(3000)]
+    paused = [s for s in scenarios if s.pause_for]
+    assert all(s.backend != "files" for s in paused)
+    with_service = [s for s in scenarios if s.backend != "files"]
+    assert 0.08 < len(paused) / len(with_service) < 0.16
+    assert all(1.0 <= s.pause_for <= 8.0 and s.pause_at >= 0.0 for s in paused)
+    assert {s.engine for s in paused} == {"local", "spark"}
+    # a pause leaves the rest of the seed's scenario as it was drawn without it
+    for s in paused[:50]:
+        assert replace(s, pause_at=0.0, pause_for=0.0).describe() in s.describe()

@@ -59,3 +59,60 @@ from tests.integration.conftest import (  # noqa: E402, F401
     services,
     services_cli,
 )
+
+# -- CI's representative subset of the long backend matrices ---------------------------------
+
+ROTATED: dict[str, tuple[str, int]] = {
+    "test_reshaped_queries": ("case", 2),
+    "test_stopped_query": ("case", 3),
+    "test_edge_batches": ("backend", 2),
+}
+"""module name -> (the matrix parameter, how many of its values each slot keeps in CI).
+A slot is a test function with its other parameters fixed; slot number ``n`` of the module
+keeps the values ``n*keep .. n*keep+keep-1`` (modulo their count), so consecutive slots
+cover different backends and every backend is run by some slot; the other combinations
+are marked ``extended`` (``--extended`` runs them)."""
+
+
+def _slot(item: pytest.Item) -> tuple[str, str, tuple[str, ...]] | None:
+    """(module, function, the other parameters' values) of an item of a rotated matrix."""
+    module = getattr(item, "module", None)
+    spec = getattr(item, "callspec", None)
+    if module is None or spec is None:
+        return None
+    rule = ROTATED.get(module.__name__.rsplit(".", 1)[-1])
+    if rule is None or rule[0] not in spec.params:
+        return None
+    # (pytest's callspec indices are not per value when a fixture's params and a
+    # parametrize combine, so the values themselves identify the slot)
+    others = tuple(f"{k}={v!r}" for k, v in sorted(spec.params.items()) if k != rule[0])
+    return module.__name__, getattr(item, "originalname", item.name), others
+
+
+def _value(item: pytest.Item, slot: tuple[str, str, tuple[str, ...]]) -> str:
+    param = ROTATED[slot[0].rsplit(".", 1)[-1]][0]
+    return repr(item.callspec.params[param])  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    values: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+    order: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}
+    for item in items:
+        slot = _slot(item)
+        if slot is None:
+            continue
+        if slot not in values:
+            order.setdefault(slot[0], []).append(slot)
+        seen = values.setdefault(slot, [])
+        if _value(item, slot) not in seen:
+            seen.append(_value(item, slot))
+    for item in items:
+        slot = _slot(item)
+        if slot is None:
+            continue
+        keep = ROTATED[slot[0].rsplit(".", 1)[-1]][1]
+        count = len(values[slot])
+        first = order[slot[0]].index(slot) * keep
+        kept = {(first + j) % count for j in range(min(keep, count))}
+        if values[slot].index(_value(item, slot)) not in kept:
+            item.add_marker(pytest.mark.extended)

@@ -72,7 +72,8 @@ def main() -> int:
             result["status"] = last.status if last else "none"
             result["attempts"] = {t.partition: t.attempt for t in last.tasks} if last else {}
         except Exception as exc:
-            result["error"] = str(exc)[-3000:]
+            # the cause comes first; the plan Spark appends after it says nothing
+            result["error"] = str(exc)[:4000]
         finally:
             writer.close()
         print(json.dumps(result), flush=True)

@@ -48,7 +48,23 @@ def _query(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.value)
+# CI: a task-side point, the two sides of the decision, and a commit in progress; the local
+# engine's matrix (test_local_crash_matrix.py) covers every point, --extended all of them here
+CI_POINTS = {
+    CrashPoint.AFTER_PRE_COMMIT,
+    CrashPoint.BEFORE_DECISION,
+    CrashPoint.AFTER_DECISION,
+    CrashPoint.BETWEEN_COMMITS,
+}
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        pytest.param(p, id=p.value, marks=[] if p in CI_POINTS else [pytest.mark.extended])
+        for p in POINTS
+    ],
+)
 def test_sigkill_at_crash_point_then_restart(tmp_path: Path, point: CrashPoint) -> None:
     expected = write_orders(tmp_path / "in", BATCHES, ROWS)
     where = "" if point.on_driver else ",partition=1"
