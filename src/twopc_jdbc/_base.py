@@ -22,6 +22,7 @@ are resolved in SQL (last wins: by ``order_column``, then by input order).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from abc import abstractmethod
@@ -493,8 +494,14 @@ class SqlSink(Sink[SqlTransaction]):
                 self.flush(txn)
                 if txn.staging is not None:
                     self.merge_staging(txn)
-                self.insert_marker(txn.conn, txn.marker, ctx.attempt)
-                if self.two_phase:
+                try:
+                    self.insert_marker(txn.conn, txn.marker, ctx.attempt)
+                except Exception:
+                    if not self._committed_by_another_attempt(txn):
+                        raise
+                    txn.skip = True
+                    payload.update(rows=0, skipped=True)
+                if self.two_phase and not txn.skip:
                     self.prepare(txn)
             except SinkError:
                 raise
@@ -508,6 +515,35 @@ class SqlSink(Sink[SqlTransaction]):
         else:
             self._open[_key(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
         return Committable.for_task(ctx, payload, _PAYLOAD_VERSION)
+
+    def _committed_by_another_attempt(self, txn: SqlTransaction) -> bool:
+        """Whether the marker insert failed because another attempt of the same task (a
+        speculative copy, or attempt 0 when this is the copy) committed the partition
+        after this attempt began: its marker row is there now. This attempt then rolls
+        back and reports the partition skipped, instead of failing a batch that another
+        attempt completed (Spark keeps whichever attempt reports first)."""
+        with contextlib.suppress(Exception):
+            self.rollback(txn)
+        try:
+            conn = self.connect(autocommit=True)
+        except Exception:
+            return False
+        try:
+            found = self.marker_exists(conn, txn.marker)
+        except Exception:
+            return False
+        finally:
+            _close_quietly(conn)
+        if found:
+            _log.warning(
+                "sink %r batch %d partition %d attempt %d: another attempt committed the "
+                "partition meanwhile (its marker row is there); this attempt rolls back",
+                txn.ctx.sink_id,
+                txn.ctx.batch_id,
+                txn.ctx.partition,
+                txn.ctx.attempt,
+            )
+        return found
 
     def abort(self, txn: SqlTransaction) -> None:
         try:

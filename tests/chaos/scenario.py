@@ -52,7 +52,7 @@ COMBO_WEIGHTS = {"kafka": 0.7}
 # A delayed kill lands within (this x batches) seconds of the start (local engine: of the
 # driver process; Spark: of the query): a clean batch's measured duration on a 2-core
 # machine, so most delayed kills land while the query runs.
-DELAY_PER_BATCH = {"files": 0.07, "postgres": 0.1, "mysql": 0.2, "kafka": 0.9, "spark": 2.0}
+DELAY_PER_BATCH = {"files": 0.07, "postgres": 0.1, "mysql": 0.2, "kafka": 0.9, "spark": 1.0}
 SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
 POINT_SHARE = 0.6
 """Share of runs timed by a named crash point; the rest are killed after a random delay."""
