@@ -117,7 +117,10 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         # crashed after the decision: the tasks committed, the log knows it
         decided.sink_id: "after_decision:kill@batch=1",
         # partition 0 committed in its task, partition 1 died before its commit
-        window.sink_id: "before_task_commit:kill@batch=1,partition=1",
+        # partition 1 waits first, so partition 0 has committed when partition 1 dies
+        window.sink_id: (
+            "after_invoke:sleep=3@batch=1,partition=1;before_task_commit:kill@batch=1,partition=1"
+        ),
     }
     for spec in (decided, window):
         stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
