@@ -48,13 +48,7 @@ class Attempt:
 
     def wait(self, timeout: float, tick: Callable[[], None] = lambda: None) -> int | None:
         """Wait for the exit (calling ``tick`` meanwhile); ``None`` on timeout."""
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                return None
-            tick()
-            time.sleep(0.02)
-        return self.returncode
+        return wait_for(self.poll, timeout, tick, interval=0.02)
 
     def finish(self) -> None:
         """Kill what is left of the attempt and reap the driver."""
@@ -65,6 +59,24 @@ class Attempt:
             else:
                 _, status = os.waitpid(self.pid, 0)
                 self.returncode = os.waitstatus_to_exitcode(status)
+
+
+def wait_for(
+    poll: Callable[[], int | None],
+    timeout: float,
+    tick: Callable[[], None],
+    *,
+    interval: float,
+) -> int | None:
+    """Poll until ``poll`` returns an exit code, calling ``tick`` between polls; ``None``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (code := poll()) is None:
+        if time.monotonic() > deadline:
+            return None
+        tick()
+        time.sleep(interval)
+    return code
 
 
 def fork_driver(body: Callable[[], None], log: Path, environ: dict[str, str | None]) -> Attempt:

@@ -316,6 +316,22 @@ class Runner:
             result.problems.append(f"... and {len(left) - 5} more left behind")
 
 
+class _SinceStart:
+    """Seconds since the attempt's start (local engine: the driver process; Spark: the
+    moment the query started, once its log says so), or ``None`` before that."""
+
+    def __init__(self, scenario: Scenario, attempt: procs.Attempt | HostAttempt, log: Path):
+        self.log = log
+        self._origin: float | None = None if scenario.engine == "spark" else attempt.started
+
+    def elapsed(self) -> float | None:
+        if self._origin is None:
+            if SPARK_STARTED not in self.log.read_text(errors="replace"):
+                return None
+            self._origin = time.monotonic()
+        return time.monotonic() - self._origin
+
+
 class ForeignServiceError(RuntimeError):
     """The service to kill belongs to another checkout (``scripts/services`` cannot kill it)."""
 
@@ -332,19 +348,16 @@ class _Injector:
         log: Path,
     ) -> None:
         self.runner, self.scenario, self.target = runner, scenario, target
-        self.attempt, self.log = attempt, log
+        self.attempt = attempt
         self.delayed = scenario.timing == "delay"
         self.hit = False
-        self._origin: float | None = None if scenario.engine == "spark" else attempt.started
+        self._clock = _SinceStart(scenario, attempt, log)
 
     def tick(self) -> None:
         if not self.delayed or self.hit:
             return
-        if self._origin is None:  # Spark: count from the moment the query started
-            if SPARK_STARTED not in self.log.read_text(errors="replace"):
-                return
-            self._origin = time.monotonic()
-        if time.monotonic() - self._origin < (self.scenario.delay or 0.0):
+        elapsed = self._clock.elapsed()
+        if elapsed is None or elapsed < (self.scenario.delay or 0.0):
             return
         target = self.scenario.target
         if target == "driver":
@@ -375,25 +388,21 @@ class _Pauser:
         attempt: procs.Attempt | HostAttempt,
         log: Path,
     ) -> None:
-        self.services, self.scenario, self.log = services, scenario, log
+        self.services, self.scenario = services, scenario
         self.service = SERVICE[scenario.backend] or ""
-        self._origin: float | None = None if scenario.engine == "spark" else attempt.started
+        self._clock = _SinceStart(scenario, attempt, log)
         self._paused_at: float | None = None
         self._done = False
 
     def tick(self) -> None:
         if self._done:
             return
-        now = time.monotonic()
-        if self._origin is None:
-            if SPARK_STARTED not in self.log.read_text(errors="replace"):
-                return
-            self._origin = now
         if self._paused_at is None:
-            if now - self._origin >= self.scenario.pause_at:
+            elapsed = self._clock.elapsed()
+            if elapsed is not None and elapsed >= self.scenario.pause_at:
                 self.services.pause(self.service)
-                self._paused_at = now
-        elif now - self._paused_at >= self.scenario.pause_for:
+                self._paused_at = time.monotonic()
+        elif time.monotonic() - self._paused_at >= self.scenario.pause_for:
             self.services.resume(self.service)
             self._done = True
 

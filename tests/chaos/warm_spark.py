@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.chaos import procs
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.spark_host import EXIT_EVENT
 from tests.helpers import REPO
@@ -117,13 +118,7 @@ class HostAttempt:
         return self.returncode
 
     def wait(self, timeout: float, tick: Callable[[], None] = lambda: None) -> int | None:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                return None
-            tick()
-            time.sleep(0.05)
-        return self.returncode
+        return procs.wait_for(self.poll, timeout, tick, interval=0.05)
 
     def kill_group(self) -> None:
         self.pool.discard(self.host)

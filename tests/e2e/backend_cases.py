@@ -74,6 +74,7 @@ def start_query(
     commit_log: str | None = None,
     faults: str | None = None,
     trigger: dict[str, Any] | None = None,
+    retry: twopc.RetryPolicy | None = None,
 ) -> tuple[Any, twopc.SparkBatchWriter]:
     """Start the query (``availableNow`` unless ``trigger`` says otherwise); returns the
     StreamingQuery and its writer."""
@@ -92,6 +93,7 @@ def start_query(
         sink_id=spec.sink_id,
         commit_log=commit_log or spec.commit_log(str(checkpoint)),
         faults=twopc.FaultPlan.parse(faults) if faults else twopc.FaultPlan(),
+        retry=retry,
     )
     query = (
         frame.writeStream.option("checkpointLocation", str(checkpoint))

@@ -18,7 +18,7 @@ import pytest
 import twopc
 from tests.chaos.sinks import SinkSpec, build_sink
 from tests.chaos.targets import Target
-from tests.e2e.backend_cases import SCHEMA, add_input, assert_exactly_once, run_query
+from tests.e2e.backend_cases import add_input, assert_exactly_once, run_query, start_query
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -45,25 +45,14 @@ def test_rescaled_before_the_first_commit(
 
     target, spec = case
     expected = add_input(tmp_path / "in", 0)
-    sink = build_sink(spec)
-    faults = twopc.FaultPlan.parse("before_begin:raise@batch=0")
-    from pyspark.sql import functions as F
-
-    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")).repartition(12, "id")
-    if spec.backend == "kafka":
-        frame = frame.withColumn("key", F.col("id").cast("string"))
-    writer = twopc.foreach_batch(
-        sink,
-        sink_id=spec.sink_id,
-        commit_log=spec.commit_log(str(tmp_path / "chk")),
-        faults=faults,
+    query, writer = start_query(
+        spark,
+        spec,
+        tmp_path / "in",
+        tmp_path / "chk",
+        partitions=12,
+        faults="before_begin:raise@batch=0",
         retry=twopc.RetryPolicy(max_attempts=1),
-    )
-    query = (
-        frame.writeStream.option("checkpointLocation", str(tmp_path / "chk"))
-        .foreachBatch(writer)
-        .trigger(availableNow=True)
-        .start()
     )
     with pytest.raises(StreamingQueryException):
         query.awaitTermination()
