@@ -60,6 +60,7 @@ from twopc import (
     TransientSinkError,
 )
 from twopc_kafka._coordinator_wait import retry_while_coordinator_busy
+from twopc_kafka._marker_log import ensure_marker_log, marker_record, read_marker_log, restore
 from twopc_kafka._records import VALUE_FORMATS, RecordColumns, RowSerializer, record_columns
 from twopc_kafka._registry import (
     REGISTRY_FORMATS,
@@ -186,6 +187,10 @@ class KafkaSink(Sink[KafkaTransaction]):
             ``subject.name.strategy`` ...).
         marker_topic: the topic whose partition 0 carries the marker offsets (default:
             ``topic``); it must exist.
+        marker_log_topic: a compacted topic that keeps a copy of every marker, committed in
+            the same transaction, so that markers outlive the broker's
+            ``offsets.retention.minutes`` (created with one partition and
+            ``cleanup.policy=compact`` when missing). Default: no copy.
         transaction_timeout_ms: ``transaction.timeout.ms``; must not exceed the broker's
             ``transaction.max.timeout.ms``.
         producer_config: more librdkafka settings (TLS, SASL, ``linger.ms`` ...), passed
@@ -212,6 +217,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         schema_registry_config: dict[str, Any] | None = None,
         serializer_config: dict[str, Any] | None = None,
         marker_topic: str | None = None,
+        marker_log_topic: str | None = None,
         transaction_timeout_ms: int = 60_000,
         producer_config: dict[str, Any] | None = None,
         operation_timeout_seconds: float = 30.0,
@@ -264,6 +270,13 @@ class KafkaSink(Sink[KafkaTransaction]):
         )
         self._serializer: RowSerializer | None = None
         self.marker_topic = marker_topic or topic or ""
+        if marker_log_topic is not None and marker_log_topic in (self.marker_topic, topic):
+            raise ConfigurationError(
+                "kafka sink: marker_log_topic must be a topic of its own (compacted), not the "
+                f"output or marker topic {marker_log_topic!r}"
+            )
+        self.marker_log_topic = marker_log_topic or None
+        self._marker_log_ready = False
         self.transaction_timeout_ms = int(transaction_timeout_ms)
         self.producer_config = config
         self.timeout = float(operation_timeout_seconds)
@@ -329,9 +342,12 @@ class KafkaSink(Sink[KafkaTransaction]):
         if self.registry is not None:
             url = redact_url(self.registry.url)
             registry = f", value_format={self.value_format!r}, schema_registry_url={url!r}"
+        log = ""
+        if self.marker_log_topic is not None:
+            log = f", marker_log_topic={self.marker_log_topic!r}"
         return (
             f"KafkaSink({self.bootstrap_servers!r}, topic={self.topic!r}, mode={self.mode!r}"
-            f"{registry}, producer_config={safe!r})"
+            f"{registry}{log}, producer_config={safe!r})"
         )
 
     def describe(self) -> str:
@@ -429,6 +445,8 @@ class KafkaSink(Sink[KafkaTransaction]):
             txn.skip = True
             return txn
         self._check_topic(ctx, self.marker_topic)
+        if self.marker_log_topic is not None:
+            self._check_topic(ctx, self.marker_log_topic)
         if self.topic:
             self._check_topic(ctx, self.topic)
         try:
@@ -603,6 +621,15 @@ class KafkaSink(Sink[KafkaTransaction]):
             "skipped": txn.skip,
         }
         if not txn.skip:
+            group_name = self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition)
+            if self.marker_log_topic is not None:
+                key, value = marker_record(group_name, ctx.query_id, ctx.partition, ctx.batch_id)
+                try:
+                    txn.producer.produce(
+                        self.marker_log_topic, value, key, 0, on_delivery=txn.delivered
+                    )
+                except KafkaException as exc:
+                    raise self._error(exc, ctx, "producing the marker log record failed") from exc
             remaining = txn.producer.flush(self.timeout)
             if txn.errors:
                 # A fenced zombie or a broker restart fails deliveries too; only rejections
@@ -627,12 +654,7 @@ class KafkaSink(Sink[KafkaTransaction]):
                 ctx.batch_id + 1,
                 metadata=json.dumps({"query_id": ctx.query_id, "batch_id": ctx.batch_id}),
             )
-            group = Consumer(
-                {
-                    **self._admin_only_config(),
-                    "group.id": self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition),
-                }
-            )
+            group = Consumer({**self._admin_only_config(), "group.id": group_name})
             try:
                 metadata = group.consumer_group_metadata()
             finally:
@@ -754,6 +776,8 @@ class KafkaSink(Sink[KafkaTransaction]):
                 if g[1] == scope.query_id
             ]
             markers = self._marker_offsets(admin, groups)
+            if self.marker_log_topic is not None:
+                markers += self._restored_markers(admin, scope, prefix, footprint, markers)
         except (KafkaException, TimeoutError) as exc:
             admin.poll(0)  # serves error_cb: why the broker could not be reached
             kind, cause = _classify(exc, client_errors.last)
@@ -762,6 +786,63 @@ class KafkaSink(Sink[KafkaTransaction]):
                 f"{self.bootstrap_servers}: {cause}"
             ) from exc
         return {m.partition for m in markers if m.batch_id >= batch_id}
+
+    def _restored_markers(
+        self,
+        admin: Any,
+        scope: RecoveryScope,
+        prefix: str,
+        footprint: Footprint,
+        markers: list[TargetMarker],
+    ) -> list[TargetMarker]:
+        """Markers the marker log holds for groups the broker no longer has (or holds
+        behind), committed to their groups again so that the tasks read them as usual.
+
+        The log is read only when groups are missing: none for the query, or fewer than
+        the footprint's partitions."""
+        log_topic = str(self.marker_log_topic)
+        self._ensure_marker_log(admin)
+        present = {m.partition for m in markers if m.query_id == scope.query_id}
+        if present and len(present) >= footprint.partitions:
+            return []
+        key_prefix = f"{prefix}.{scope.sink_id}.{scope.query_id}.p"
+        try:
+            logged = read_marker_log(self._admin_only_config(), log_topic, key_prefix, self.timeout)
+        except ValueError as exc:
+            raise PermanentSinkError(str(exc)) from exc
+        newest = {m.partition: m.batch_id for m in markers if m.query_id == scope.query_id}
+        lost = sorted(
+            (
+                m
+                for m in logged.values()
+                if m.query_id == scope.query_id and newest.get(m.partition, -1) < m.batch_id
+            ),
+            key=lambda m: m.partition,
+        )
+        if not lost:
+            return []
+        restore(admin, self.marker_topic, lost, self.timeout)
+        _log.warning(
+            "sink %r query %s: %d marker group(s) were gone from the broker (expired after "
+            "offsets.retention.minutes?); restored from the marker log %r: %s",
+            scope.sink_id,
+            scope.query_id,
+            len(lost),
+            log_topic,
+            ", ".join(f"p{m.partition}=batch {m.batch_id}" for m in lost),
+        )
+        return [TargetMarker(m.query_id, m.partition, m.batch_id) for m in lost]
+
+    def _ensure_marker_log(self, admin: Any) -> None:
+        """Create the marker log topic once per process, or check the existing one."""
+        if self._marker_log_ready:
+            return
+        try:
+            ensure_marker_log(admin, str(self.marker_log_topic), self.timeout)
+        except ValueError as exc:
+            raise PermanentSinkError(str(exc)) from exc
+        self._known_topics.add(str(self.marker_log_topic))
+        self._marker_log_ready = True
 
     def _probe(self, sink_id: str, partition: int) -> bool:
         return self._probe_id(self.transactional_id(sink_id, partition))
@@ -811,7 +892,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         return Inspection(pending, markers, notes)
 
     def _inspected_topics(self) -> set[str]:
-        return {t for t in (self.topic, self.marker_topic) if t}
+        return {t for t in (self.topic, self.marker_topic, self.marker_log_topic) if t}
 
     def _marker_groups(
         self, admin: Any, sink_id: str, id_prefix: str | None = None

@@ -180,6 +180,13 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
     print("\nruns by engine:event (passed/runs; a paused run also counts under its event)")
     for kind, group in sorted(by_event.items()):
         print(f"  {kind:<24}{sum(r.passed for r in group):>6}/{len(group)}")
+    speculative = [r for r in results if r.scenario.event == "speculate"]
+    if speculative:
+        seen = sum(1 for r in speculative if r.speculated)
+        print(
+            f"\nspeculative copies seen in {seen} of {len(speculative)} speculate runs "
+            "(none in a restart that had no batch left to run)"
+        )
     spark = sum(1 for r in results if r.scenario.engine == "spark")
     print(
         f"\n{len(results)} runs ({len(results) - spark} local engine, {spark} Spark) in "

@@ -10,6 +10,7 @@ the service answers. A passing run's namespace is dropped; a failing one's is ke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -20,11 +21,12 @@ from typing import Any
 
 from tests.chaos import procs
 from tests.chaos.query import run_query
-from tests.chaos.scenario import SERVICE, Scenario
+from tests.chaos.scenario import SERVICE, SPECULATIVE_MASTER, Scenario
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.spark_query import STOP_AFTER_ENV
 from tests.chaos.targets import Target, make_target
 from tests.chaos.warm_spark import HostAttempt, WarmSpark
+from tests.e2e.standalone import standalone_cluster
 from tests.integration.services import Services
 
 LOCAL_TIMEOUT = 90.0
@@ -45,6 +47,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     kept: str | None = None
     paused: bool = False  # the scenario's service pause happened (a restart ran)
+    speculated: bool | None = None  # speculate: a speculative copy was seen to run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class RunResult:
             "problems": self.problems,
             "kept": self.kept,
             "paused": self.paused,
+            "speculated": self.speculated,
         }
 
 
@@ -90,11 +94,25 @@ class Runner:
         self.max_restarts = max_restarts
         self.warm = WarmSpark(workdir) if warm else None
         self._env: dict[str, str] | None = None
+        self._cluster = contextlib.ExitStack()
+        self._cluster_url: str | None = None
 
     def close(self) -> None:
-        """Stop the long-lived Spark drivers."""
+        """Stop the long-lived Spark drivers, then the standalone cluster."""
         if self.warm is not None:
             self.warm.close()
+        self._cluster.close()
+        self._cluster_url = None
+
+    def _resolve(self, master: str) -> tuple[str, bool]:
+        """(Spark master URL, speculation on) of a scenario's master: the speculative
+        master is a standalone cluster, started on first use and kept for the campaign."""
+        if master != SPECULATIVE_MASTER:
+            return master, False
+        if self._cluster_url is None:
+            directory = self.workdir / "standalone"
+            self._cluster_url = self._cluster.enter_context(standalone_cluster(directory))
+        return self._cluster_url, True
 
     @property
     def env(self) -> dict[str, str]:
@@ -117,6 +135,8 @@ class Runner:
             if scenario.event == "restore":
                 spec = replace(spec, log_outside=True)  # as docs/operations.md advises
             completed = self._attempts(scenario, target, spec, run_dir, result)
+            if scenario.event == "speculate":
+                result.speculated = self._speculated(spec, run_dir, result.attempts)
             self._check(scenario, target, spec, completed, result)
         except Exception as exc:  # a broken check or service counts as a failed run
             result.problems.append(f"error: {type(exc).__name__}: {exc}")
@@ -155,7 +175,10 @@ class Runner:
         for index in range(self.max_restarts):
             first = index == 0
             log = run_dir / f"attempt-{index}.log"
-            faults = scenario.fault if first and scenario.timing == "point" else None
+            if first:
+                faults = scenario.fault if scenario.timing == "point" else None
+            else:
+                faults = scenario.restart_faults  # the slow task of "speculate"
             environ: dict[str, str | None] = {"TWOPC_FAULTS": faults}
             if index == 1 and scenario.event == "stop":
                 environ[STOP_AFTER_ENV] = f"{scenario.stop_delay:g}"
@@ -215,6 +238,7 @@ class Runner:
         first: bool,
     ) -> procs.Attempt | HostAttempt:
         checkpoint = str(run_dir / "chk")
+        master, speculation = self._resolve(scenario.master if first else scenario.restart_master)
         if scenario.engine == "local":
             return procs.fork_driver(
                 lambda: run_query(
@@ -232,7 +256,7 @@ class Runner:
         if self.warm is not None and not (first and scenario.target == "driver"):
             stop_after = environ.get(STOP_AFTER_ENV)
             return self.warm.start(
-                scenario.master,
+                master,
                 spec,
                 checkpoint=checkpoint,
                 source=str(run_dir / "in"),
@@ -240,6 +264,7 @@ class Runner:
                 log=log,
                 faults=environ.get("TWOPC_FAULTS"),
                 stop_after=float(stop_after) if stop_after else None,
+                speculation=speculation,
             )
         args = [
             "-m",
@@ -251,11 +276,29 @@ class Runner:
             "--input",
             str(run_dir / "in"),
             "--master",
-            scenario.master,
+            master,
             "--partitions",
             str(partitions),
+            *(["--speculation"] if speculation else []),
         ]
         return procs.spawn(args, log, environ)
+
+    def _speculated(self, spec: SinkSpec, run_dir: Path, attempts: int) -> bool:
+        """Whether a speculative copy ran in a restart: a batch committed by a copy (the
+        query's ``batch-done`` lines), or the losing copy's slow-task fault fired (its
+        Python worker logs to the standalone cluster's executor logs, naming the sink)."""
+        for index in range(1, attempts):
+            for line in (run_dir / f"attempt-{index}.log").read_text(errors="replace").splitlines():
+                start = line.find('{"event": "batch-done"')
+                if start >= 0:
+                    with contextlib.suppress(ValueError):
+                        if any(a > 0 for a in json.loads(line[start:])["attempts"].values()):
+                            return True
+        needle = f"attempt=1 at sink {spec.sink_id!r}"
+        for stderr in (self.workdir / "standalone").glob("*/app-*/*/stderr"):
+            if needle in stderr.read_text(errors="replace"):
+                return True
+        return False
 
     def bounce(self, target: Target, downtime: float) -> None:
         """Kill the target's service, leave it down for ``downtime`` seconds, restart it."""

@@ -57,14 +57,38 @@ SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
 POINT_SHARE = 0.6
 """Share of runs timed by a named crash point; the rest are killed after a random delay."""
 
-EVENTS = ("none", "rescale", "rename", "restore", "stop")
+EVENTS = ("none", "rescale", "rename", "restore", "stop", "speculate")
 """Operational events between the crash and the restarts (docs/operations.md, 'Outside the
 happy path'): the restarts run with another partition count (``rescale``) or another naming
 option (``rename``: a Kafka transactional.id prefix, the other SQL transaction mode); the
 checkpoint is copied after the crash and put back once the query has finished, then the
 query runs again (``restore``); the second attempt is stopped with ``query.stop()`` after a
-random delay (``stop``, Spark only)."""
-EVENT_WEIGHTS = {"none": 0.55, "rescale": 0.15, "rename": 0.1, "restore": 0.1, "stop": 0.1}
+random delay (``stop``, Spark only); the restarts run with ``spark.speculation=true`` on a
+standalone cluster with one slow task per batch, so that a speculative copy runs
+(``speculate``, Spark only, two partitions, not Kafka ``atomic`` whose barrier stage Spark
+never speculates)."""
+EVENT_WEIGHTS = {
+    "none": 0.55,
+    "rescale": 0.15,
+    "rename": 0.1,
+    "restore": 0.1,
+    "stop": 0.1,
+    "speculate": 0.3,  # drawn only on some Spark runs: weighted up to be seen often
+}
+SPECULATIVE_MASTER = "standalone+speculation"
+"""The restarts' master under ``speculate``: the runner's standalone cluster (executors on
+two loopback hosts, since Spark never runs a copy on the host of the attempt it copies),
+with speculation on."""
+SLOW_TASKS = {
+    # attempt 0 stalls before it prepares: the copy prepares, reports first and wins
+    "attempt0-loses": "after_invoke:sleep=8@partition=1,attempt=0",
+    # attempt 0 stalls briefly, the copy prepares and then stalls: attempt 0 wins, and Spark
+    # kills the copy holding prepared work
+    "copy-loses": (
+        "after_invoke:sleep=4@partition=1,attempt=0;after_pre_commit:sleep=20@partition=1,attempt=1"
+    ),
+}
+"""The restarts' fault plans under ``speculate``: partition 1 of every batch is slow."""
 PAUSE_SHARE = 0.12
 """Share of runs on a backend with a service whose first restart sees that service stopped
 (SIGSTOP, ``scripts/services pause``) for ``PAUSE_SECONDS`` and resumed: recovery and the
@@ -123,6 +147,7 @@ class Scenario:
     stop_delay: float = 0.0  # seconds into the second attempt when it is stopped
     pause_at: float = 0.0  # seconds into the second attempt when the service is paused
     pause_for: float = 0.0  # seconds it stays paused; 0: no pause
+    loser: str = ""  # speculate: which attempt loses, a key of SLOW_TASKS
 
     @property
     def service(self) -> str | None:
@@ -140,6 +165,8 @@ class Scenario:
             event = f" then rescale to {self.partitions_after}"
         elif self.event == "stop":
             event = f" then stop after {self.stop_delay:.2f}s"
+        elif self.event == "speculate":
+            event = f" then speculate ({self.loser})"
         elif self.event != "none":
             event = f" then {self.event}"
         if self.pause_for:
@@ -149,6 +176,16 @@ class Scenario:
             f"{self.label} {self.engine} {where} {what} "
             f"[{self.batches}x{self.partitions}x{self.rows}]{event}"
         )
+
+    @property
+    def restart_master(self) -> str:
+        """The master the restarts run on (the first attempt runs on ``master``)."""
+        return SPECULATIVE_MASTER if self.event == "speculate" else self.master
+
+    @property
+    def restart_faults(self) -> str | None:
+        """The fault plan of every restart: the slow task of ``speculate``, else none."""
+        return SLOW_TASKS[self.loser] if self.event == "speculate" else None
 
     def expected_ids(self) -> set[int]:
         return {
@@ -201,7 +238,9 @@ def draw(seed: int, options: Options) -> Scenario:
         window = DELAY_PER_BATCH["spark" if spark else backend] * batches
         delay = round(rng.uniform(0.0, window), 3)
     downtime = round(rng.uniform(0.0, 2.0), 3) if target == "service" else 0.0
-    event, partitions_after, stop_delay = _event(seed, backend, engine, partitions, batches)
+    event, partitions_after, stop_delay, loser = _event(
+        seed, backend=backend, mode=mode, engine=engine, partitions=partitions, batches=batches
+    )
     pause_at, pause_for = _pause(seed, backend, engine, batches)
     return Scenario(
         seed=seed,
@@ -225,16 +264,21 @@ def draw(seed: int, options: Options) -> Scenario:
         stop_delay=stop_delay,
         pause_at=pause_at,
         pause_for=pause_for,
+        loser=loser,
     )
 
 
 def _event(
-    seed: int, backend: str, engine: str, partitions: int, batches: int
-) -> tuple[str, int, float]:
+    seed: int, *, backend: str, mode: str, engine: str, partitions: int, batches: int
+) -> tuple[str, int, float, str]:
     """The run's operational event, from a random stream of its own, so that adding events
     left every earlier field of a seed's scenario as it was."""
     rng = random.Random(f"event-{seed}")
-    allowed = {e: w for e, w in EVENT_WEIGHTS.items() if _event_applies(e, backend, engine)}
+    allowed = {
+        e: w
+        for e, w in EVENT_WEIGHTS.items()
+        if _event_applies(e, backend, mode, engine, partitions)
+    }
     event = rng.choices(list(allowed), list(allowed.values()))[0]
     partitions_after = 0
     if event == "rescale":
@@ -243,7 +287,8 @@ def _event(
     stop_delay = 0.0
     if event == "stop":
         stop_delay = round(rng.uniform(0.0, DELAY_PER_BATCH["spark"] * batches), 3)
-    return event, partitions_after, stop_delay
+    loser = rng.choice(sorted(SLOW_TASKS)) if event == "speculate" else ""
+    return event, partitions_after, stop_delay, loser
 
 
 def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, float]:
@@ -255,11 +300,14 @@ def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, f
     return round(rng.uniform(0.0, window), 3), round(rng.uniform(*PAUSE_SECONDS), 3)
 
 
-def _event_applies(event: str, backend: str, engine: str) -> bool:
+def _event_applies(event: str, backend: str, mode: str, engine: str, partitions: int) -> bool:
     if event == "rename":
         return backend != "files"  # files name nothing after an option
     if event == "stop":
         return engine == "spark"  # query.stop() is Spark's
+    if event == "speculate":
+        # a copy needs a finished partition to compare with; barrier stages never speculate
+        return engine == "spark" and partitions == 2 and mode != "atomic"
     return True
 
 

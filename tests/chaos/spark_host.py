@@ -12,7 +12,7 @@ Requests are JSON lines on stdin: ``{"id", "spec", "checkpoint", "input", "parti
 each attempt ends with the line ``{"event": "attempt-exit", "id": ID, "code": N}`` (``N`` as
 ``tests.chaos.spark_query`` exits).
 
-    python -m tests.chaos.spark_host --master local[2]
+    python -m tests.chaos.spark_host --master local[2] [--speculation]
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from tests.chaos.spark_query import emit, run_query, session
 EXIT_EVENT = "attempt-exit"
 
 
-def serve(master: str) -> int:
-    spark = session(master)
+def serve(master: str, speculation: bool = False) -> int:
+    spark = session(master, speculation=speculation)
     emit("host-ready", master=master)
     for line in sys.stdin:
         if not line.strip():
@@ -60,7 +60,9 @@ def serve(master: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.spark_host")
     parser.add_argument("--master", default="local[2]")
-    return serve(parser.parse_args().master)
+    parser.add_argument("--speculation", action="store_true", help="SPECULATION_CONF on")
+    args = parser.parse_args()
+    return serve(args.master, args.speculation)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """The Spark version of the chaos query: JSON files in (one per micro-batch), the run's sink
 out through ``twopc.foreach_batch``. Prints ``{"event": "query-started"}`` once the query
-runs (the runner counts delayed kills from there) and exits 0 when every file is committed,
+runs (the runner counts delayed kills from there), ``{"event": "batch-done", ...}`` with the
+task attempts each committed batch took, and exits 0 when every file is committed,
 1 when the query failed, 3 when it was stopped (``TWOPC_CHAOS_STOP_AFTER`` seconds after it
 started). Fault injection comes from ``TWOPC_FAULTS``.
 
     python -m tests.chaos.spark_query --spec JSON --checkpoint DIR --input DIR [--master M]
+                                      [--speculation]
 
 ``session`` and ``run_query`` are shared with the long-lived ``tests.chaos.spark_host``.
 """
@@ -29,22 +31,41 @@ def emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def session(master: str) -> Any:
-    """The campaign's SparkSession on ``master``."""
+SPECULATION_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.minTaskRuntime": "200ms",
+    "spark.speculation.efficiency.enabled": "false",
+    # one single-core executor per worker host of tests/e2e/standalone.py, small ones
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.executor.memory": "512m",
+}
+"""Speculation that fires within a second on a slow task of a two-partition stage."""
+
+
+def session(master: str, *, speculation: bool = False) -> Any:
+    """The campaign's SparkSession on ``master``; ``speculation``: with
+    :data:`SPECULATION_CONF` (``master`` then is a standalone cluster's URL)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("twopc-chaos")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "512m")
+        .config("spark.pyspark.python", sys.executable)
         # barrier stages (Kafka atomic mode) fail fast when slots are short
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
-        .getOrCreate()
     )
+    for key, value in (SPECULATION_CONF if speculation else {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -77,8 +98,18 @@ def run_query(
     if spec.backend == "kafka":
         frame = frame.withColumn("key", F.col("id").cast("string"))
     plan = FaultPlan.parse(faults) if faults else None
+
+    def report_batch(metrics: Any) -> None:
+        # which attempt of each partition the batch committed: shows a speculative copy win
+        attempts = {str(t.partition): t.attempt for t in metrics.tasks}
+        emit("batch-done", batch=metrics.batch_id, status=metrics.status, attempts=attempts)
+
     writer = twopc.foreach_batch(
-        build_sink(spec), sink_id=spec.sink_id, commit_log=spec.commit_log(checkpoint), faults=plan
+        build_sink(spec),
+        sink_id=spec.sink_id,
+        commit_log=spec.commit_log(checkpoint),
+        faults=plan,
+        on_metrics=report_batch,
     )
     query = (
         frame.writeStream.option("checkpointLocation", checkpoint)
@@ -121,8 +152,9 @@ def main() -> int:
     parser.add_argument("--input", required=True)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--speculation", action="store_true", help="SPECULATION_CONF on")
     args = parser.parse_args()
-    spark = session(args.master)
+    spark = session(args.master, speculation=args.speculation)
     stop_after = os.environ.get(STOP_AFTER_ENV)
     code = run_query(
         spark,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tests.chaos.campaign import repro
-from tests.chaos.scenario import MODES, NoScenario, Options, draw
+from tests.chaos.scenario import MODES, SPECULATIVE_MASTER, NoScenario, Options, draw
 from twopc.faults import FaultPlan
 
 pytestmark = pytest.mark.unit
@@ -57,10 +57,24 @@ def test_filters_narrow_the_draw_and_appear_in_the_reproduction_command() -> Non
 def test_events_are_drawn_apart_and_only_where_they_apply() -> None:
     options = Options(spark_share=0.2)
     scenarios = [draw(seed, options) for seed in range(3000)]
-    assert {s.event for s in scenarios} == {"none", "rescale", "rename", "restore", "stop"}
+    assert {s.event for s in scenarios} == {
+        "none",
+        "rescale",
+        "rename",
+        "restore",
+        "stop",
+        "speculate",
+    }
     for s in scenarios:
         assert s.event != "rename" or s.backend != "files"
         assert s.event != "stop" or s.engine == "spark"
+        if s.event == "speculate":
+            assert (s.engine, s.partitions) == ("spark", 2) and s.mode != "atomic"
+            assert s.restart_master == SPECULATIVE_MASTER and s.master != SPECULATIVE_MASTER
+            [slow, *_] = FaultPlan.parse(s.restart_faults or "").faults
+            assert (slow.partition, slow.batch_id) == (1, None)  # every batch of a restart
+        else:
+            assert (s.restart_master, s.restart_faults, s.loser) == (s.master, None, "")
         if s.event == "rescale":
             assert s.partitions_after not in (0, s.partitions)
         else:

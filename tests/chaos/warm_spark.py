@@ -34,7 +34,7 @@ HOST_GONE = 70
 class _Host:
     """One ``spark_host`` process and its output file."""
 
-    def __init__(self, master: str, log: Path) -> None:
+    def __init__(self, master: str, log: Path, *, speculation: bool = False) -> None:
         env = dict(os.environ)
         env.pop("TWOPC_FAULTS", None)  # each request carries its own plan
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -43,7 +43,14 @@ class _Host:
         self.log = log
         with log.open("ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "tests.chaos.spark_host", "--master", master],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.chaos.spark_host",
+                    "--master",
+                    master,
+                    *(["--speculation"] if speculation else []),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=out,
@@ -131,11 +138,12 @@ class HostAttempt:
 
 
 class WarmSpark:
-    """Long-lived Spark drivers, one per master, for the campaign's Spark attempts."""
+    """Long-lived Spark drivers, one per master (and speculation setting), for the
+    campaign's Spark attempts."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self._hosts: dict[str, _Host] = {}
+        self._hosts: dict[tuple[str, bool], _Host] = {}
         self.started = 0
 
     def start(
@@ -149,12 +157,17 @@ class WarmSpark:
         log: Path,
         faults: str | None,
         stop_after: float | None,
+        speculation: bool = False,
     ) -> HostAttempt:
-        host = self._hosts.get(master)
+        key = (master, speculation)
+        host = self._hosts.get(key)
         if host is None or not host.alive():
-            name = master.replace("[", "-").replace("]", "").replace(",", "-")
-            host = _Host(master, self.workdir / f"spark-host-{name}-{self.started}.log")
-            self._hosts[master] = host
+            name = re.sub(r"[^A-Za-z0-9.]+", "-", master).strip("-")
+            if speculation:
+                name += "-speculation"
+            log_path = self.workdir / f"spark-host-{name}-{self.started}.log"
+            host = _Host(master, log_path, speculation=speculation)
+            self._hosts[key] = host
             self.started += 1
         request_id = uuid.uuid4().hex[:12]
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -174,9 +187,9 @@ class WarmSpark:
 
     def discard(self, host: _Host) -> None:
         host.kill()
-        for master, known in list(self._hosts.items()):
+        for key, known in list(self._hosts.items()):
             if known is host:
-                del self._hosts[master]
+                del self._hosts[key]
 
     def close(self) -> None:
         for host in list(self._hosts.values()):

@@ -22,27 +22,21 @@ def main() -> int:
 
     import twopc
     from tests.chaos.sinks import SinkSpec, build_sink
+    from tests.chaos.spark_query import SPECULATION_CONF
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("twopc-speculation")
         .config("spark.ui.enabled", "false")
-        .config("spark.executor.cores", "1")
-        .config("spark.cores.max", "2")
-        .config("spark.executor.memory", "512m")
         .config("spark.driver.memory", "512m")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.pyspark.python", sys.executable)
-        .config("spark.speculation", "true")
-        .config("spark.speculation.interval", "100ms")
-        .config("spark.speculation.multiplier", "1.5")
-        .config("spark.speculation.quantile", "0.5")
-        .config("spark.speculation.minTaskRuntime", "200ms")
-        .config("spark.speculation.efficiency.enabled", "false")
         .config("spark.task.maxFailures", "4")
-        .getOrCreate()
     )
+    for key, value in SPECULATION_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for case in json.loads(cases_json):
         spec = SinkSpec.loads(case["spec"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import pickle
 import re
 import socket
@@ -43,6 +44,7 @@ from .kafka_support import (
     create_topic,
     ensure_kcat,
     kcat_keys,
+    read_messages,
     reader,
     stable_end,
     topic_exists,
@@ -710,3 +712,87 @@ def test_broker_killed_mid_transaction(
         with pytest.raises(KafkaException):
             txn.producer.commit_transaction(5)
     assert_exactly_once(committed_keys(kafka_bootstrap, topic), keys_of([batch]))
+
+
+# -- the marker log: markers that outlive their consumer groups ---------------------------------
+
+
+def _delete_marker_groups(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every marker group under ``prefix``, as the broker does when they expire."""
+    client = admin(bootstrap)
+    listing = client.list_consumer_groups(request_timeout=TIMEOUT).result(TIMEOUT)
+    names = [str(g.group_id) for g in listing.valid if str(g.group_id).startswith(f"{prefix}.")]
+    for future in client.delete_consumer_groups(names, request_timeout=TIMEOUT).values():
+        future.result(TIMEOUT)
+    return names
+
+
+@pytest.mark.parametrize("logged", [True, False], ids=["marker-log", "no-marker-log"])
+def test_partly_committed_batch_after_its_marker_groups_are_gone(
+    kafka_bootstrap: str, topic: str, prefix: str, tmp_path: Path, logged: bool
+) -> None:
+    """Partition 0 of batch 1 commits in its task, partition 1 fails; then the marker groups
+    are deleted (what offsets.retention.minutes does to a query down for long). With a
+    marker log the restart restores them and finishes the batch exactly once; without one
+    it refuses and writes nothing."""
+    marker_log = f"{topic}-markers" if logged else None
+    batches = [[rows(b, p, 50) for p in range(2)] for b in range(2)]
+    stream = LocalStream(str(tmp_path / "chk"), batches)
+    crashing = local.foreach_batch(
+        sink_for(kafka_bootstrap, topic, prefix, marker_log_topic=marker_log),
+        "lost-groups",
+        faults=twopc.FaultPlan.parse("before_task_commit:raise@batch=1,partition=1"),
+        processes=False,
+    )
+    with pytest.raises(twopc.BatchFailedError, match="sink 'lost-groups', batch 1"):
+        stream.run(crashing)
+    committed_before = committed_keys(kafka_bootstrap, topic)
+    assert_exactly_once(committed_before, keys_of([batches[0], batches[1][:1]]))
+    assert len(_delete_marker_groups(kafka_bootstrap, prefix)) == 2
+
+    restarted = local.foreach_batch(
+        sink_for(kafka_bootstrap, topic, prefix, marker_log_topic=marker_log),
+        "lost-groups",
+        processes=False,
+    )
+    if not logged:
+        with pytest.raises(twopc.CommitStateUnknownError, match=r"batch 1 .* no longer shows"):
+            stream.run(restarted)
+        assert committed_keys(kafka_bootstrap, topic) == committed_before
+        return
+    assert stream.run(restarted) == [1]
+    assert_exactly_once(committed_keys(kafka_bootstrap, topic), keys_of(batches))
+    # The log holds one committed record per partition and batch that committed: batch 1's
+    # partition 0 from the failed run (the restart skipped it), its partition 1 from the
+    # restart.
+    logged_batches = Counter(
+        (message.text_key, json.loads(message.value or b"{}")["batch_id"])
+        for message in read_messages(kafka_bootstrap, str(marker_log), "read_committed")
+    )
+    group = f"{prefix}.lost-groups.{stream.query_id}.p"
+    assert logged_batches == Counter(
+        {(f"{group}0", 0): 1, (f"{group}1", 0): 1, (f"{group}0", 1): 1, (f"{group}1", 1): 1}
+    )
+
+
+def test_marker_log_topic_that_deletes_is_refused(
+    kafka_bootstrap: str, topic: str, prefix: str, tmp_path: Path
+) -> None:
+    deleting = create_topic(kafka_bootstrap, config={"cleanup.policy": "delete"})
+    writer = local.foreach_batch(
+        sink_for(kafka_bootstrap, topic, prefix, marker_log_topic=deleting),
+        "bad-log",
+        commit_log=str(tmp_path / "log"),
+        processes=False,
+    )
+    with pytest.raises(twopc.PermanentSinkError) as excinfo:
+        writer.write(QUERY, 0, [rows(0, 0, 5)])
+    text = str(excinfo.value)
+    assert "sink 'bad-log', batch 0" in text
+    assert f"marker_log_topic {deleting!r} has cleanup.policy=delete" in text
+    assert committed_keys(kafka_bootstrap, topic) == Counter()
+
+
+def test_marker_log_topic_must_be_its_own_topic(kafka_bootstrap: str, topic: str) -> None:
+    with pytest.raises(twopc.ConfigurationError, match="marker_log_topic must be a topic"):
+        KafkaSink(kafka_bootstrap, topic=topic, marker_log_topic=topic)

@@ -7,7 +7,9 @@ marker consumer groups expire within the test. After the expiry:
   it committed), so nothing is written twice;
 - a batch that crashed with some tasks committed and no decision cannot be told apart
   from one where nothing committed: the restart refuses with ``CommitStateUnknownError``
-  and writes nothing, instead of writing the committed partitions again.
+  and writes nothing, instead of writing the committed partitions again;
+- the same batch, with ``marker_log_topic`` set, finishes exactly once: the driver restores
+  the expired groups from the compacted marker log and the committed partition is skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,14 +81,24 @@ def _batch(first: int, partitions: int = 2, rows: int = 20) -> list[pa.Table]:
     return tables
 
 
-def _sink(bootstrap: str, topic: str) -> twopc.Sink[Any]:
+def _sink(bootstrap: str, topic: str, marker_log: str | None = None) -> twopc.Sink[Any]:
     return twopc.create_sink(
         "kafka",
         bootstrap_servers=bootstrap,
         topic=topic,
         key_column="key",
         operation_timeout_seconds=15,
+        marker_log_topic=marker_log,
     )
+
+
+def _cleanup_policy(bootstrap: str, topic: str) -> str:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
+    return str(entries["cleanup.policy"].value)
 
 
 def _marker_groups(bootstrap: str, sink_id: str, topic: str) -> list[str]:
@@ -112,20 +125,27 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     target = KafkaTarget(short_retention_broker)
     decided = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
     window = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
+    logged = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
+    specs = (decided, window, logged)
+    marker_logs = {logged.sink_id: f"{logged.table}-markers"}
     batches = [_batch(0), _batch(1000)]
+    window_faults = (
+        "after_invoke:sleep=10@batch=1,partition=1;before_task_commit:kill@batch=1,partition=1"
+    )
     runs = {
         # crashed after the decision: the tasks committed, the log knows it
         decided.sink_id: "after_decision:kill@batch=1",
         # partition 0 committed in its task, partition 1 died before its commit
-        # partition 1 waits first, so partition 0 has committed when partition 1 dies
-        window.sink_id: (
-            "after_invoke:sleep=3@batch=1,partition=1;before_task_commit:kill@batch=1,partition=1"
-        ),
+        # partition 1 waits first, so partition 0 has committed when partition 1 dies (10 s:
+        # a fresh broker's transaction coordinator may take seconds to load)
+        window.sink_id: window_faults,
+        # the same, with a marker log that outlives the groups
+        logged.sink_id: window_faults,
     }
-    for spec in (decided, window):
+    for spec in specs:
         stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
         writer = twopc.local.foreach_batch(
-            _sink(spec.address, spec.table),
+            _sink(spec.address, spec.table, marker_logs.get(spec.sink_id)),
             sink_id=spec.sink_id,
             commit_log=str(tmp_path / spec.sink_id / "log"),
             faults=twopc.FaultPlan.parse(runs[spec.sink_id]),
@@ -142,15 +162,15 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         else:
             with pytest.raises(twopc.TwoPCError):
                 stream.run(writer)
-    before = {spec.sink_id: target.committed(spec) for spec in (decided, window)}
+    before = {spec.sink_id: target.committed(spec) for spec in specs}
     assert len(before[decided.sink_id]) == 80  # both batches, once
     assert len(before[window.sink_id]) == 60  # batch 0 and batch 1's partition 0
+    assert before[logged.sink_id] == before[window.sink_id]
+    # twopc created the marker log, compacted
+    assert _cleanup_policy(short_retention_broker, marker_logs[logged.sink_id]) == "compact"
 
     deadline = time.monotonic() + 240
-    while any(
-        _marker_groups(short_retention_broker, spec.sink_id, spec.table)
-        for spec in (decided, window)
-    ):
+    while any(_marker_groups(short_retention_broker, spec.sink_id, spec.table) for spec in specs):
         assert time.monotonic() < deadline, "the marker groups never expired"
         time.sleep(5)
 
@@ -158,7 +178,7 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
         stream.run(
             twopc.local.foreach_batch(
-                _sink(spec.address, spec.table),
+                _sink(spec.address, spec.table, marker_logs.get(spec.sink_id)),
                 sink_id=spec.sink_id,
                 commit_log=str(tmp_path / spec.sink_id / "log"),
             )
@@ -170,5 +190,9 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     with pytest.raises(twopc.CommitStateUnknownError, match=r"offsets\.retention\.minutes"):
         restart(window)
     assert target.committed(window) == before[window.sink_id]  # nothing written twice
-    for spec in (decided, window):
+
+    restart(logged)  # groups restored from the log: partition 0 skipped, partition 1 written
+    expected = Counter(i for table in batches for part in table for i in part["id"].to_pylist())
+    assert target.committed(logged) == expected  # both batches, each row once
+    for spec in specs:
         target.cleanup(spec)
