@@ -277,7 +277,12 @@ def run_sink(sink: Any, table: Any, batch_rows: int) -> None:
     except BaseException:
         sink.abort(txn)
         raise
-    outcomes = sink.commit([committable])
+    import twopc
+
+    if isinstance(sink, twopc.CommitsInTask):
+        outcomes = [sink.commit_in_task(txn)]
+    else:
+        outcomes = sink.commit([committable])
     if [o.name for o in outcomes] != ["COMMITTED"]:
         raise RuntimeError(f"unexpected commit outcome {outcomes}")
 

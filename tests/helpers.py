@@ -9,11 +9,16 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+
+import twopc
+from twopc._boundary import leaving_sink
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,3 +98,11 @@ def assert_exactly_once(ids: Counter[int], expected: set[int]) -> None:
     assert not duplicates, f"duplicates: {sorted(duplicates.items())[:10]}"
     assert not missing, f"missing {len(missing)} ids, e.g. {sorted(missing)[:10]}"
     assert not unexpected, f"unexpected ids: {sorted(unexpected)[:10]}"
+
+
+@contextmanager
+def in_task(ctx: twopc.TaskContext) -> Iterator[None]:
+    """Errors leave the block as they leave a task of the core: named by sink, batch and
+    partition (sinks raise them without; tests that call a sink directly use this)."""
+    with leaving_sink(ctx.sink_id, ctx.batch_id, ctx.partition):
+        yield

@@ -38,11 +38,15 @@ class NullTransaction:
     rows: int = 0
 
 
-class NullSink(twopc.Sink[NullTransaction]):
+@dataclass(frozen=True)
+class NullPayload(twopc.Payload):
+    rows: int
+
+
+class NullSink(twopc.Sink[NullTransaction], twopc.CommitsOnDriver):
     """Counts rows and writes nothing: isolates the coordinator's own cost."""
 
     backend_name = "null"
-    capabilities = twopc.Capabilities(global_commit=True, recover=False)
 
     def begin_transaction(self, ctx: twopc.TaskContext) -> NullTransaction:
         return NullTransaction(ctx)
@@ -51,7 +55,7 @@ class NullSink(twopc.Sink[NullTransaction]):
         txn.rows += batch.num_rows
 
     def pre_commit(self, txn: NullTransaction) -> twopc.Committable:
-        return twopc.Committable.for_task(txn.ctx, {"rows": txn.rows})
+        return twopc.Committable.for_task(txn.ctx, NullPayload(txn.rows))
 
     def abort(self, txn: NullTransaction) -> None:
         return None

@@ -5,17 +5,20 @@ One line in a query::
     sink = twopc.create_sink("files", path="/data/orders", format="parquet")
     df.writeStream.foreachBatch(twopc.foreach_batch(sink, sink_id="orders")).start()
 
-The sink contract for backend authors is in :mod:`twopc.protocol`; plugins register through
-the ``twopc`` entry-point group (:mod:`twopc.plugins`); fault injection is in
-:mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`.
+The sink contract for backend authors is in :mod:`twopc.protocol` (the task side,
+:class:`Sink`, plus one commit role: :class:`CommitsOnDriver` or :class:`CommitsInTask`);
+plugins register through the ``twopc`` entry-point group (:mod:`twopc.plugins`); fault
+injection is in :mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`; test
+helpers and the conformance kit are in :mod:`twopc.testing`.
 """
 
-from twopc._commit_log import CommitLog, Decision
-from twopc._coordinator import Coordinator, Phase1Task, RetryPolicy, TaskReport
-from twopc._liveness import Heartbeat, Liveness
-from twopc._metrics import BatchMetrics, TaskMetrics
+from twopc._commit_log import CommitLog
+from twopc._metrics import BatchMetrics, BatchStatus, TaskMetrics
+from twopc._retry import RetryPolicy
 from twopc._spark import SparkBatchWriter, foreach_batch
 from twopc._status import (
+    Action,
+    ItemKind,
     QueryStatus,
     RecoveryReport,
     SinkStatus,
@@ -25,7 +28,6 @@ from twopc._status import (
     sink_status,
 )
 from twopc._version import __version__
-from twopc._writer import BatchWriter
 from twopc.errors import (
     BackendNotFoundError,
     BackendNotInstalledError,
@@ -42,8 +44,9 @@ from twopc.errors import (
     SinkError,
     TransientSinkError,
     TwoPCError,
+    UnsupportedFormatError,
 )
-from twopc.faults import CrashPoint, Fault, FaultAction, FaultPlan
+from twopc.faults import CrashPoint, FaultPlan
 from twopc.plugins import (
     BackendInfo,
     PluginRegistry,
@@ -53,48 +56,50 @@ from twopc.plugins import (
     list_backends,
 )
 from twopc.protocol import (
-    Capabilities,
     CommitOutcome,
+    CommitsInTask,
+    CommitsOnDriver,
     Committable,
     Footprint,
     Inspection,
+    KeepsMarkers,
+    Payload,
     PendingWork,
     RecoveryScope,
     Sink,
     TargetMarker,
     TaskContext,
+    WorkKind,
 )
 
 __all__ = [
+    "Action",
     "BackendInfo",
     "BackendNotFoundError",
     "BackendNotInstalledError",
     "BackendUnavailableError",
     "BatchFailedError",
     "BatchMetrics",
-    "BatchWriter",
-    "Capabilities",
+    "BatchStatus",
     "CheckpointMismatchError",
     "CommitError",
     "CommitLog",
     "CommitOutcome",
     "CommitStateUnknownError",
+    "CommitsInTask",
+    "CommitsOnDriver",
     "Committable",
     "ConfigurationError",
-    "Coordinator",
     "CrashPoint",
-    "Decision",
-    "Fault",
-    "FaultAction",
     "FaultPlan",
     "Footprint",
-    "Heartbeat",
     "InjectedFault",
     "Inspection",
-    "Liveness",
+    "ItemKind",
+    "KeepsMarkers",
+    "Payload",
     "PendingWork",
     "PermanentSinkError",
-    "Phase1Task",
     "PluginError",
     "PluginRegistry",
     "QueryStatus",
@@ -111,9 +116,10 @@ __all__ = [
     "TargetMarker",
     "TaskContext",
     "TaskMetrics",
-    "TaskReport",
     "TransientSinkError",
     "TwoPCError",
+    "UnsupportedFormatError",
+    "WorkKind",
     "WriterStatus",
     "__version__",
     "create_sink",

@@ -26,15 +26,45 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from twopc._liveness import HEARTBEAT_NAME, Heartbeat
+from twopc._paths import CommitPath
+from twopc.errors import UnsupportedFormatError
 from twopc.protocol import Committable, Footprint
 from twopc.storage import TEMP_PREFIX, atomic_write, filesystem_for, is_local, join
 
-__all__ = ["BatchRun", "CommitLog", "Decision"]
+__all__ = ["BatchRun", "BatchState", "CommitLog", "Decision"]
 
 _DECISION_SUFFIX = ".decision.json"
 _DONE_SUFFIX = ".done"
 _RUNS_SUFFIX = ".runs.json"
-_LOG_FORMAT = 1
+_LOG_FORMAT = 2
+"""Format 2 records the commit path (``path``); format 1 said ``committed_in_task``."""
+_READS = (1, 2)
+
+
+def _checked(raw: bytes, what: str) -> dict[str, Any]:
+    """A log entry's JSON body, refused when another twopc version wrote its format."""
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UnsupportedFormatError(f"the commit log's {what} is not JSON ({exc})") from exc
+    fmt = body.get("format") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or fmt not in _READS:
+        raise UnsupportedFormatError(
+            f"the commit log's {what} has format {fmt!r}; this twopc reads formats "
+            f"{', '.join(map(str, _READS))}. It was written by another twopc version: run "
+            "that version to finish the query, or upgrade this one"
+        )
+    return dict(body)
+
+
+def _path_in(body: dict[str, Any]) -> CommitPath | None:
+    """The recorded commit path; format 1 recorded ``committed_in_task`` (or nothing)."""
+    if "path" in body:
+        return CommitPath(body["path"])
+    in_task = body.get("committed_in_task")
+    if in_task is None:
+        return None
+    return CommitPath.TASK if in_task else CommitPath.DRIVER
 
 
 @dataclass(frozen=True)
@@ -46,12 +76,13 @@ class Decision:
     batch_id: int
     committables: tuple[Committable, ...]
     decided_at: float = 0.0
-    committed_in_task: bool | None = None
-    """Whether the tasks committed before the decision was written (``None``: written by
-    a version that did not say; the sink's current capabilities decide then)."""
+    path: CommitPath | None = None
+    """How the batch commits: the driver commits the committables, or the tasks committed
+    before the decision was written (``None``: a log of a version that did not say; the
+    sink's role decides then)."""
 
     def to_bytes(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "format": _LOG_FORMAT,
             "sink_id": self.sink_id,
             "query_id": self.query_id,
@@ -59,23 +90,26 @@ class Decision:
             "decided_at": self.decided_at,
             "committables": [c.to_json() for c in self.committables],
         }
-        if self.committed_in_task is not None:
-            body["committed_in_task"] = self.committed_in_task
+        if self.path is not None:
+            body["path"] = str(self.path)
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Decision:
-        body = json.loads(raw)
-        if body.get("format") != _LOG_FORMAT:
-            raise ValueError(f"unsupported commit log format {body.get('format')!r}")
-        return cls(
-            sink_id=str(body["sink_id"]),
-            query_id=str(body["query_id"]),
-            batch_id=int(body["batch_id"]),
-            committables=tuple(Committable.from_json(c) for c in body["committables"]),
-            decided_at=float(body.get("decided_at", 0.0)),
-            committed_in_task=body.get("committed_in_task"),
-        )
+        body = _checked(raw, "decision")
+        try:
+            return cls(
+                sink_id=str(body["sink_id"]),
+                query_id=str(body["query_id"]),
+                batch_id=int(body["batch_id"]),
+                committables=tuple(Committable.from_json(c) for c in body["committables"]),
+                decided_at=float(body.get("decided_at", 0.0)),
+                path=_path_in(body),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnsupportedFormatError(
+                f"a decision in the commit log is incomplete ({exc!r})"
+            ) from exc
 
     def contains(self, committable: Committable) -> bool:
         """Whether exactly this attempt's committable is part of the decision."""
@@ -90,15 +124,19 @@ class BatchRun:
     """One run of a batch's phase 1, recorded before any task starts.
 
     ``input`` fingerprints the batch's input as the checkpoint plans it (``None`` when the
-    engine cannot tell); ``committed_in_task`` and ``recover`` are the sink's capabilities
-    in that run, so a restart in another mode still finishes and cleans up the old way.
+    engine cannot tell); ``path`` is how that run commits, so a restart in another mode
+    still finishes and cleans up the old way.
     """
 
     footprint: Footprint
     input: str | None = None
-    committed_in_task: bool = False
-    recover: bool = True
+    path: CommitPath = CommitPath.DRIVER
     started_at: float = 0.0
+
+    @property
+    def committed_in_task(self) -> bool:
+        """Whether the run's tasks commit themselves (some may have, before a crash)."""
+        return self.path is CommitPath.TASK
 
     def same_shape(self, other: BatchRun) -> bool:
         """Same naming, input and partition count (an unknown count, 0, matches only an
@@ -109,8 +147,7 @@ class BatchRun:
         return {
             "footprint": self.footprint.to_json(),
             "input": self.input,
-            "committed_in_task": self.committed_in_task,
-            "recover": self.recover,
+            "path": str(self.path),
             "started_at": self.started_at,
         }
 
@@ -119,10 +156,20 @@ class BatchRun:
         return cls(
             footprint=Footprint.from_json(data["footprint"]),
             input=data.get("input"),
-            committed_in_task=bool(data.get("committed_in_task", False)),
-            recover=bool(data.get("recover", True)),
+            path=_path_in(data) or CommitPath.DRIVER,
             started_at=float(data.get("started_at", 0.0)),
         )
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """What the log says about one batch, read with one listing of the query's directory:
+    its decision, whether phase 2 finished, its runs, and the query's newest decision."""
+
+    decision: Decision | None
+    done: bool
+    runs: list[BatchRun]
+    newest_decided: int | None
 
 
 class CommitLog:
@@ -149,10 +196,13 @@ class CommitLog:
             decision.to_bytes(),
         )
 
-    def record_run(self, query_id: str, batch_id: int, run: BatchRun) -> list[BatchRun]:
+    def record_run(
+        self, query_id: str, batch_id: int, run: BatchRun, known: Sequence[BatchRun] | None = None
+    ) -> list[BatchRun]:
         """Add ``run`` to the batch's runs record unless an equal-shaped run is there;
-        returns every run of the batch, oldest first. Must precede phase 1."""
-        runs = self.runs(query_id, batch_id)
+        returns every run of the batch, oldest first. Must precede phase 1. ``known``: the
+        runs already read (saves reading them again)."""
+        runs = list(known) if known is not None else self.runs(query_id, batch_id)
         if any(_same_record(r, run) for r in runs):
             return runs
         runs.append(run)
@@ -183,10 +233,28 @@ class CommitLog:
             raw = self._fs.cat_file(self._path(query_id, batch_id, _RUNS_SUFFIX))
         except FileNotFoundError:
             return []
-        body = json.loads(raw)
-        if body.get("format") != _LOG_FORMAT:
-            raise ValueError(f"unsupported commit log format {body.get('format')!r}")
-        return [BatchRun.from_json(r) for r in body.get("runs", [])]
+        body = _checked(raw, "runs record")
+        try:
+            return [BatchRun.from_json(r) for r in body.get("runs", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnsupportedFormatError(f"a runs record is incomplete ({exc!r})") from exc
+
+    def batch_state(self, query_id: str, batch_id: int) -> BatchState:
+        """Everything the coordinator checks before it skips or writes a batch, from one
+        listing of the query's directory plus the batch's own files where they exist."""
+        names = set(self._batch_files(query_id))
+        stem = f"{batch_id:020d}"
+        decided = [int(n[: -len(_DECISION_SUFFIX)]) for n in names if n.endswith(_DECISION_SUFFIX)]
+        decision = (
+            self.decision(query_id, batch_id) if f"{stem}{_DECISION_SUFFIX}" in names else None
+        )
+        runs = self.runs(query_id, batch_id) if f"{stem}{_RUNS_SUFFIX}" in names else []
+        return BatchState(
+            decision=decision,
+            done=f"{stem}{_DONE_SUFFIX}" in names,
+            runs=runs,
+            newest_decided=max(decided) if decided else None,
+        )
 
     def newest_runs(self) -> dict[str, tuple[int, list[BatchRun]]]:
         """For each query id, its newest batch that has a runs record, with those runs.
@@ -283,7 +351,7 @@ class CommitLog:
                 continue
             try:
                 found.append(Heartbeat.from_bytes(raw))
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, UnsupportedFormatError):
                 continue
         return found
 
@@ -329,12 +397,7 @@ class CommitLog:
 
 
 def _same_record(a: BatchRun, b: BatchRun) -> bool:
-    return (a.footprint, a.input, a.committed_in_task, a.recover) == (
-        b.footprint,
-        b.input,
-        b.committed_in_task,
-        b.recover,
-    )
+    return (a.footprint, a.input, a.path) == (b.footprint, b.input, b.path)
 
 
 def _basename(path: str) -> str:

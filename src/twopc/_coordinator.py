@@ -1,10 +1,14 @@
-"""The engine-agnostic two-phase-commit coordinator.
+"""The engine-agnostic two-phase-commit coordinator, on the driver.
 
 Nothing here knows Spark. An engine (the Spark adapter, or the local engine in
-:mod:`twopc.local`) runs :class:`Phase1Task` once per partition wherever its partitions
-live and hands back one :class:`TaskReport` per partition; the :class:`Coordinator` does
-everything else on the driver: recovery, replay skipping, the durable decision, phase 2
-with retries, and clean-up of lingering attempts.
+:mod:`twopc.local`) runs a :class:`~twopc._phase1.Phase1Task` once per partition wherever its
+partitions live and hands back one report per partition; the :class:`Coordinator` does
+everything else: recovery, replay skipping, the durable decision, phase 2 with retries,
+and clean-up of lingering attempts.
+
+The coordinator recovers when it starts and again after any failure; a batch that follows
+a committed batch of the same coordinator reads the commit log once and asks the target
+nothing before phase 1.
 """
 
 from __future__ import annotations
@@ -12,279 +16,54 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-import pyarrow as pa
-
+from twopc._boundary import describe_exception, leaving_sink
 from twopc._commit_log import BatchRun, CommitLog, Decision
-from twopc._metrics import BatchMetrics, TaskMetrics
+from twopc._metrics import BatchMetrics, BatchStatus
+from twopc._paths import CommitPath
+from twopc._phase1 import BatchEngine, Phase1Task
 from twopc._replay_guard import ReplayGuard
+from twopc._reports import TaskOutcome, TaskReport
+from twopc._retry import RetryPolicy, call_with_retries
 from twopc.errors import (
     BatchFailedError,
     CommitError,
-    PermanentSinkError,
-    SinkError,
+    ConfigurationError,
     TwoPCError,
 )
 from twopc.faults import CrashPoint, FaultPlan
 from twopc.protocol import (
-    CommitOutcome,
+    CommitsInTask,
+    CommitsOnDriver,
     Committable,
     Footprint,
-    RecoveryScope,
+    KeepsMarkers,
     Sink,
-    TaskContext,
 )
 
-__all__ = [
-    "BatchEngine",
-    "Coordinator",
-    "Phase1Task",
-    "RetryPolicy",
-    "TaskReport",
-]
+__all__ = ["Coordinator", "RecoveryStats"]
 
 _log = logging.getLogger("twopc")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries with exponential backoff for commits that fail transiently."""
-
-    max_attempts: int = 5
-    initial_backoff_seconds: float = 0.2
-    max_backoff_seconds: float = 10.0
-    multiplier: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("RetryPolicy.max_attempts must be at least 1")
-        if self.initial_backoff_seconds < 0 or self.max_backoff_seconds < 0:
-            raise ValueError("RetryPolicy backoff times must not be negative")
-
-    def backoff(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (1-based)."""
-        delay = self.initial_backoff_seconds * self.multiplier ** (retry - 1)
-        return float(min(delay, self.max_backoff_seconds))
-
-
-def call_with_retries(
-    policy: RetryPolicy,
-    action: Callable[[], Any],
-    describe: str,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[Any, int]:
-    """Run ``action``; retry errors marked retryable. Returns (result, retries used)."""
-    retries = 0
-    while True:
-        try:
-            return action(), retries
-        except TwoPCError as exc:
-            if not exc.retryable or retries + 1 >= policy.max_attempts:
-                raise
-            retries += 1
-            delay = policy.backoff(retries)
-            _log.warning("%s failed (%s); retry %d in %.2fs", describe, exc, retries, delay)
-            sleep(delay)
-
-
-@dataclass(frozen=True)
-class TaskReport:
-    """What one phase-1 task sends back to the driver: small, JSON-serializable."""
-
-    partition: int
-    attempt: int
-    committable: Committable | None
-    rows: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    committed_in_task: bool = False
-    error: str | None = None
-
-    def dumps(self) -> str:
-        return json.dumps(
-            {
-                "partition": self.partition,
-                "attempt": self.attempt,
-                "committable": None if self.committable is None else self.committable.to_json(),
-                "rows": self.rows,
-                "bytes": self.bytes,
-                "seconds": self.seconds,
-                "committed_in_task": self.committed_in_task,
-                "error": self.error,
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def loads(cls, text: str) -> TaskReport:
-        body = json.loads(text)
-        raw = body.get("committable")
-        return cls(
-            partition=int(body["partition"]),
-            attempt=int(body["attempt"]),
-            committable=None if raw is None else Committable.from_json(raw),
-            rows=int(body.get("rows", 0)),
-            bytes=int(body.get("bytes", 0)),
-            seconds=float(body.get("seconds", 0.0)),
-            committed_in_task=bool(body.get("committed_in_task", False)),
-            error=body.get("error"),
-        )
-
-    @property
-    def metrics(self) -> TaskMetrics:
-        return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)
-
-
-@dataclass(frozen=True)
-class Phase1Task:
-    """Phase 1 for one partition: begin, invoke per Arrow batch, pre-commit.
-
-    Picklable: the engine ships it to wherever the partition's data lives. Bad input
-    (:class:`~twopc.errors.PermanentSinkError`) is reported in-band, so the engine does not
-    retry what cannot succeed; other errors are raised, so the engine may retry the task.
-    """
-
-    sink: Sink[Any]
-    sink_id: str
-    query_id: str
-    batch_id: int
-    run_id: str = ""
-    faults: FaultPlan | None = None
-    retry: RetryPolicy = RetryPolicy()
-
-    def run(self, partition: int, attempt: int, batches: Iterable[pa.RecordBatch]) -> TaskReport:
-        started = time.monotonic()
-        ctx = TaskContext(
-            self.sink_id, self.query_id, self.batch_id, partition, attempt, self.run_id
-        )
-        self._fire(CrashPoint.BEFORE_BEGIN, partition, attempt)
-        try:
-            txn = self.sink.begin_transaction(ctx)
-        except Exception as exc:
-            return self._fail(exc, partition, attempt, started)
-        rows = size = 0
-        try:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                self.sink.invoke(txn, batch)
-                rows += batch.num_rows
-                size += batch.nbytes
-                self._fire(CrashPoint.AFTER_INVOKE, partition, attempt, rows)
-            self._fire(CrashPoint.BEFORE_PRE_COMMIT, partition, attempt)
-            committable = self.sink.pre_commit(txn)
-        except BaseException as exc:
-            self._abort_quietly(txn, partition)
-            if isinstance(exc, Exception):
-                return self._fail(exc, partition, attempt, started)
-            raise
-        self._fire(CrashPoint.AFTER_PRE_COMMIT, partition, attempt)
-        in_task = self.sink.capabilities.commit_in_task
-        if in_task:
-            self._commit_in_task(committable, partition, attempt)
-        return TaskReport(
-            partition,
-            attempt,
-            committable,
-            rows=rows,
-            bytes=size,
-            seconds=time.monotonic() - started,
-            committed_in_task=in_task,
-        )
-
-    def _commit_in_task(self, committable: Committable, partition: int, attempt: int) -> None:
-        self._fire(CrashPoint.BEFORE_TASK_COMMIT, partition, attempt)
-        call_with_retries(
-            self.retry,
-            lambda: self.sink.commit([committable]),
-            f"sink {self.sink_id!r} batch {self.batch_id} partition {partition} commit",
-        )
-        self._fire(CrashPoint.AFTER_TASK_COMMIT, partition, attempt)
-
-    def _fire(
-        self, point: CrashPoint, partition: int, attempt: int, rows: int | None = None
-    ) -> None:
-        if self.faults:
-            self.faults.fire(
-                point,
-                sink_id=self.sink_id,
-                batch_id=self.batch_id,
-                partition=partition,
-                attempt=attempt,
-                rows=rows,
-            )
-
-    def _abort_quietly(self, txn: Any, partition: int) -> None:
-        try:
-            self.sink.abort(txn)
-        except Exception:
-            _log.exception(
-                "sink %r batch %d partition %d: abort after failure failed too; recovery "
-                "will clean up",
-                self.sink_id,
-                self.batch_id,
-                partition,
-            )
-
-    def _fail(self, exc: Exception, partition: int, attempt: int, started: float) -> TaskReport:
-        if isinstance(exc, PermanentSinkError):
-            return TaskReport(
-                partition,
-                attempt,
-                None,
-                seconds=time.monotonic() - started,
-                error=exc.cause_message,
-            )
-        if isinstance(exc, TwoPCError):
-            if exc.partition is None:
-                raise type(exc)(
-                    exc.cause_message,
-                    sink_id=self.sink_id,
-                    batch_id=self.batch_id,
-                    partition=partition,
-                ) from exc
-            raise exc
-        raise SinkError(
-            _describe(exc), sink_id=self.sink_id, batch_id=self.batch_id, partition=partition
-        ) from exc
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TwoPCError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
-class BatchEngine(Protocol):
-    """Runs a phase-1 task on every partition of one batch's data; consumed, not subclassed.
-
-    Must run every partition, return one report per partition (the successful attempt's),
-    and raise if any partition's task failed for good.
-
-    Optional, looked up with ``getattr`` so that older engines keep working:
-    ``partition_count() -> int | None`` (partitions phase 1 will run, known before it
-    starts; recorded so a restart with fewer partitions still cleans up after this one),
-    ``duplicate_attempts_possible() -> bool`` (speculative copies may run) and
-    ``wait_for_stragglers(timeout: float) -> None`` (wait until losing attempts ended).
-    """
-
-    def run_phase1(self, task: Phase1Task) -> list[TaskReport]: ...
-
-    def discard(self) -> None:
-        """Consume the batch's input without writing it (a skipped replay). Spark needs
-        every partition of a stateful query evaluated before it commits the state."""
-        ...
-
 
 _STRAGGLER_WAIT_SECONDS = 60.0
 """How long, at most, to wait for losing task attempts to end before cleaning up after them."""
 
+_WHAT_STAYS = {
+    CommitPath.DRIVER: "nothing of the batch was committed",
+    CommitPath.TASK: (
+        "partitions that committed in their tasks stay committed and are skipped when the "
+        "batch runs again"
+    ),
+}
+
 
 @dataclass
-class _Recovery:
+class RecoveryStats:
+    """What one recovery did."""
+
     committed: int = 0
     aborted: int = 0
     swept: int = 0
@@ -294,7 +73,7 @@ class Coordinator:
     """Drives one sink through two-phase commit, batch after batch, on the driver.
 
     Args:
-        sink: the sink; shipped to executors inside each :class:`Phase1Task`.
+        sink: the sink, with its commit role; shipped to executors inside each task.
         sink_id: a stable name for this output; part of every transaction, file and log
             entry, so it must not change between restarts of the query.
         commit_log: where decisions are recorded durably.
@@ -316,7 +95,8 @@ class Coordinator:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if log_retention < 1:
-            raise ValueError("log_retention must keep at least the last batch")
+            raise ConfigurationError("log_retention must keep at least the last batch")
+        self.path = CommitPath.of(sink)
         self.sink = sink
         self.sink_id = sink_id
         self.commit_log = commit_log
@@ -324,16 +104,21 @@ class Coordinator:
         self.faults = faults
         self.log_retention = log_retention
         self._sleep = sleep
+        self._driver: CommitsOnDriver | None = sink if isinstance(sink, CommitsOnDriver) else None
+        self._in_task: CommitsInTask[Any] | None = sink if isinstance(sink, CommitsInTask) else None
+        markers = sink if isinstance(sink, KeepsMarkers) else None
+        self._guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
+        self._recovered = False
         self._earlier_runs: list[BatchRun] | None = None
         self._lingering_swept = False
         self._markers_checked: set[str] = set()
-        self._guard = ReplayGuard(sink, sink_id, commit_log)
 
     # -- recovery ------------------------------------------------------------------------
 
-    def recover(self) -> _Recovery:
-        """Finish what a crash left: commit what was decided, abort what was not."""
-        stats = _Recovery()
+    def recover(self) -> RecoveryStats:
+        """Finish what a crash left: commit what was decided, abort what was not, remove
+        what never prepared."""
+        stats = RecoveryStats()
         self.commit_log.remove_temporaries()
         for decision in self.commit_log.pending():
             _log.info(
@@ -342,22 +127,18 @@ class Coordinator:
                 decision.batch_id,
                 decision.query_id,
             )
-            in_task = decision.committed_in_task
-            if in_task is None:  # a decision of an earlier version: it did not say
-                in_task = self.sink.capabilities.commit_in_task
-            if in_task:
-                # The tasks committed before the decision was written; only the log lags.
-                self.commit_log.mark_done(decision.query_id, decision.batch_id)
-            else:
-                # Also after a restart in a mode that commits in the task: the decision was
-                # made for prepared work, which only a commit makes visible.
-                self._commit_decision(decision, recovering=True)
+            # a decision is finished the way it was made, whatever the sink's mode is now
+            finish = {
+                CommitPath.DRIVER: self._commit_recovered,
+                CommitPath.TASK: self._mark_done,
+            }[decision.path or self.path]
+            finish(decision)
             stats.committed += len(decision.committables)
-        earlier = self._runs_before_this_process()
-        if self.sink.capabilities.recover or any(run.recover for run in earlier):
-            stats.aborted = self._abort_undecided()
-        stats.aborted += self._sweep_earlier_footprints(earlier)
-        stats.swept = self.sink.sweep(self.sink_id)
+        if self._driver is not None:
+            stats.aborted = self._abort_undecided(self._driver)
+        stats.aborted += self._sweep_earlier_footprints()
+        stats.swept = self._sweep()
+        self._recovered = True
         return stats
 
     def _runs_before_this_process(self) -> list[BatchRun]:
@@ -369,23 +150,33 @@ class Coordinator:
             ]
         return self._earlier_runs
 
-    def _sweep_earlier_footprints(self, earlier: Sequence[BatchRun]) -> int:
-        """Once per coordinator: let the sink abort what runs with other naming or more
-        partitions left open (no fixed probe limit: the log says how many there were)."""
-        if self._lingering_swept:
+    def _sweep_earlier_footprints(self) -> int:
+        """Once per coordinator: let an in-task sink abort what runs with other naming or
+        more partitions left open (no fixed probe limit: the log says how many there
+        were). Driver-commit sinks find their prepared work by listing instead."""
+        if self._lingering_swept or self._in_task is None:
             return 0
         footprints: dict[str, Footprint] = {}
-        for run in earlier:
+        for run in self._runs_before_this_process():
             key = json.dumps(run.footprint.to_json(), sort_keys=True)
             footprints.setdefault(key, run.footprint)
         aborted = 0
-        for footprint in footprints.values():
-            aborted += self.sink.sweep_lingering(self.sink_id, footprint)
+        with leaving_sink(self.sink_id, what="aborting an earlier run's open work failed: "):
+            for footprint in footprints.values():
+                aborted += self._in_task.sweep_lingering(self.sink_id, footprint)
         self._lingering_swept = True
         return aborted
 
-    def _abort_undecided(self) -> int:
-        leftovers = self.sink.recover(self.sink_id)
+    def _sweep(self, keep: Sequence[Committable] = ()) -> int:
+        with leaving_sink(self.sink_id, what="removing unprepared leftovers failed: "):
+            return self.sink.sweep(self.sink_id, keep)
+
+    def _list_prepared(self, driver: CommitsOnDriver) -> list[Committable]:
+        with leaving_sink(self.sink_id, what="listing prepared work failed: "):
+            return driver.recover(self.sink_id)
+
+    def _abort_undecided(self, driver: CommitsOnDriver) -> int:
+        leftovers = self._list_prepared(driver)
         decisions = self.commit_log.decisions_for(leftovers)
         to_commit: list[Committable] = []
         to_abort: list[Committable] = []
@@ -398,30 +189,44 @@ class Coordinator:
         if to_commit:
             # Decided work the log already marked done but the target still shows as
             # prepared (e.g. a crash between the commit and its clean-up): finish it.
-            self._commit_all(to_commit)
-        if to_abort:
-            _log.info(
-                "twopc sink=%s: aborting %d prepared but undecided unit(s) of work: %s",
-                self.sink_id,
-                len(to_abort),
-                ", ".join(
-                    f"batch {c.batch_id} partition {c.partition} attempt {c.attempt}"
-                    for c in to_abort
-                ),
-            )
-            if self.faults:
+            self._commit_all(driver, to_commit)
+        self._abort(driver, to_abort, "prepared but undecided", in_recovery=True)
+        return len(to_abort)
+
+    def _abort(
+        self,
+        driver: CommitsOnDriver,
+        committables: Sequence[Committable],
+        why: str,
+        *,
+        in_recovery: bool = False,
+    ) -> None:
+        if not committables:
+            return
+        _log.info(
+            "twopc sink=%s: aborting %d %s unit(s) of work: %s",
+            self.sink_id,
+            len(committables),
+            why,
+            ", ".join(
+                f"batch {c.batch_id} partition {c.partition} attempt {c.attempt}"
+                for c in committables
+            ),
+        )
+        first = committables[0]
+        with leaving_sink(self.sink_id, first.batch_id, what="aborting prepared work failed: "):
+            if self.faults and in_recovery:
                 # one by one, so a crash can land between two aborts
-                for index, committable in enumerate(to_abort):
+                for index, committable in enumerate(committables):
                     point = (
                         CrashPoint.RECOVERY_BETWEEN_ABORTS
                         if index
                         else CrashPoint.RECOVERY_BEFORE_ABORT
                     )
                     self._fire(point, committable.batch_id)
-                    self.sink.abort_prepared([committable])
+                    driver.abort_prepared([committable])
             else:
-                self.sink.abort_prepared(to_abort)
-        return len(to_abort)
+                driver.abort_prepared(committables)
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -440,25 +245,39 @@ class Coordinator:
         ``input_fingerprint`` identifies the batch's input as the checkpoint plans it (the
         engine reads it from the offset log); with it, a replay over other input (an older
         checkpoint put back) is refused instead of skipped."""
+        try:
+            return self._run_batch(query_id, batch_id, engine, run_id, input_fingerprint)
+        except BaseException:
+            self._recovered = False  # whatever failed, the next batch recovers first
+            raise
+
+    def _run_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        run_id: str,
+        input_fingerprint: str | None,
+    ) -> BatchMetrics:
         started = time.monotonic()
-        recovery = self.recover()
+        recovery = RecoveryStats() if self._recovered else self.recover()
         recovered_at = time.monotonic()
         base = BatchMetrics(
             self.sink_id,
             query_id,
             batch_id,
-            status="skipped",
+            status=BatchStatus.SKIPPED,
             recover_seconds=recovered_at - started,
             recovered_committed=recovery.committed,
             recovered_aborted=recovery.aborted,
             swept=recovery.swept,
         )
-        runs = self.commit_log.runs(query_id, batch_id)
+        state = self.commit_log.batch_state(query_id, batch_id)
         if query_id not in self._markers_checked:
-            self._guard.markers_not_ahead(query_id, batch_id)
+            self._guard.markers_not_ahead(query_id, batch_id, state.newest_decided)
             self._markers_checked.add(query_id)
-        if self._already_committed(query_id, batch_id):
-            self._guard.same_input(runs, input_fingerprint, query_id, batch_id)
+        if state.decision is not None:
+            self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
             _log.info(
                 "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
                 self.sink_id,
@@ -467,31 +286,30 @@ class Coordinator:
             )
             engine.discard()
             return self._finish(base, started)
-        self._guard.order(query_id, batch_id)
+        self._guard.order(query_id, batch_id, state.newest_decided)
         run = BatchRun(
             Footprint(self.sink.naming(), _partition_count(engine)),
             input_fingerprint,
-            committed_in_task=self.sink.capabilities.commit_in_task,
-            recover=self.sink.capabilities.recover,
+            path=self.path,
             started_at=time.time(),
         )
-        self._guard.replay_shape(runs, run, query_id, batch_id)
-        self._guard.markers_kept(runs, query_id, batch_id)
-        self.commit_log.record_run(query_id, batch_id, run)
+        self._guard.replay_shape(state.runs, run, query_id, batch_id)
+        self._guard.markers_kept(state.runs, query_id, batch_id)
+        self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
 
         task = Phase1Task(
-            self.sink, self.sink_id, query_id, batch_id, run_id, self.faults, self.retry
+            self.sink, self.sink_id, query_id, batch_id, self.path, run_id, self.faults, self.retry
         )
         try:
             reports = engine.run_phase1(task)
             committables = self._collect(reports, query_id, batch_id)
         except BaseException as exc:
-            self._abort_batch(batch_id)
+            self._abort_batch(query_id, batch_id)
             if isinstance(exc, BatchFailedError):
                 raise
             if isinstance(exc, Exception):
                 raise BatchFailedError(
-                    f"phase 1 failed ({self._what_stays()}): {_short(exc)}",
+                    f"phase 1 failed ({_WHAT_STAYS[self.path]}): {describe_exception(exc)}",
                     sink_id=self.sink_id,
                     batch_id=batch_id,
                 ) from exc
@@ -507,32 +325,28 @@ class Coordinator:
                 replace(run, footprint=replace(run.footprint, partitions=len(committables))),
             )
 
-        in_task = self.sink.capabilities.commit_in_task
-        decision = Decision(
-            self.sink_id, query_id, batch_id, tuple(committables), committed_in_task=in_task
-        )
+        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables), path=self.path)
         try:
             self._fire(CrashPoint.BEFORE_DECISION, batch_id)
             self.commit_log.record_decision(decision)
         except Exception:
             # No decision, so nothing may become visible: abort what phase 1 prepared.
             if self.commit_log.decision(query_id, batch_id) is None:
-                self._abort_batch(batch_id)
+                self._abort_batch(query_id, batch_id)
             raise
         decided_at = time.monotonic()
         self._fire(CrashPoint.AFTER_DECISION, batch_id)
 
-        retries = 0 if in_task else self._commit_decision(decision)
-        if in_task:
-            self.commit_log.mark_done(query_id, batch_id)
+        finish = {CommitPath.DRIVER: self._commit_decision, CommitPath.TASK: self._mark_done}
+        retries = finish[self.path](decision)
         committed_at = time.monotonic()
         self._fire(CrashPoint.AFTER_COMMIT, batch_id)
         self._prune_log(query_id, batch_id)
-        cleaned = self._clean_failed_attempts(reports, batch_id, engine)
+        aborted, swept = self._clean_losing_attempts(reports, decision, engine)
 
         metrics = replace(
             base,
-            status="committed",
+            status=BatchStatus.COMMITTED,
             partitions=len(reports),
             rows=sum(t.rows for t in tasks),
             bytes=sum(t.bytes for t in tasks),
@@ -540,49 +354,59 @@ class Coordinator:
             decide_seconds=decided_at - written_at,
             commit_seconds=committed_at - decided_at,
             commit_retries=retries,
-            recovered_aborted=base.recovered_aborted + cleaned.aborted,
-            swept=base.swept + cleaned.swept,
+            recovered_aborted=base.recovered_aborted + aborted,
+            swept=base.swept + swept,
             tasks=tasks,
         )
         return self._finish(metrics, started)
 
-    def _clean_failed_attempts(
-        self, reports: Sequence[TaskReport], batch_id: int, engine: BatchEngine
-    ) -> _Recovery:
+    def _clean_losing_attempts(
+        self, reports: Sequence[TaskReport], decision: Decision, engine: BatchEngine
+    ) -> tuple[int, int]:
         """Remove what the failed and losing attempts of a just-committed batch left (staged
-        files, prepared branches), instead of waiting for the next batch's recovery: the
-        last batch of a query may have no next batch, and a restart without new input runs
-        none.
+        files, prepared branches), instead of leaving it to a later recovery: the last batch
+        of a query may have no next batch. Returns (aborted, swept).
 
         Runs when a partition needed more than one attempt, or when the engine may have run
-        speculative copies (whose losers never report: attempt 0 may be the one that lost);
-        then it first waits, bounded, for the losing attempts to end. A failure here is
-        logged, never raised, because the batch is already committed and recovery retries.
+        a partition twice (speculative copies, a re-attempted stage), whose losers never
+        report: attempt 0 may be the one that lost. Then it first waits, bounded, for the
+        losing attempts to end. A failure here is
+        logged, never raised (the batch is committed), and the next batch recovers first.
         """
-        cleaned = _Recovery()
         retried = sorted({r.partition for r in reports if r.attempt > 0})
         speculative = bool(getattr(engine, "duplicate_attempts_possible", lambda: False)())
         if not retried and not speculative:
-            return cleaned
+            return 0, 0
         if speculative:
+            # another run of a partition may still be finishing: the next batch looks again
+            self._recovered = False
             wait = getattr(engine, "wait_for_stragglers", None)
-            if wait is not None:
-                wait(_STRAGGLER_WAIT_SECONDS)
+            if wait is not None and wait(_STRAGGLER_WAIT_SECONDS) is False:
+                self._recovered = False  # a loser still runs: the next batch looks again
+        aborted = 0
         try:
-            if self.sink.capabilities.recover:
-                cleaned.aborted = self._abort_undecided()
-            cleaned.swept = self.sink.sweep(self.sink_id)
+            if self._driver is not None:
+                losers = [
+                    c
+                    for c in self._list_prepared(self._driver)
+                    if (c.query_id, c.batch_id) == (decision.query_id, decision.batch_id)
+                    and not decision.contains(c)
+                ]
+                self._abort(self._driver, losers, "losing or failed attempt")
+                aborted = len(losers)
+            return aborted, self._sweep()
         except Exception as exc:
+            self._recovered = False
             _log.warning(
                 "twopc sink=%s: batch %d is committed, but cleaning up after its failed or "
                 "losing task attempts (retried partitions: %s) failed; the next batch's "
                 "recovery retries: %s",
                 self.sink_id,
-                batch_id,
+                decision.batch_id,
                 ", ".join(map(str, retried)) or "none",
-                _short(exc),
+                describe_exception(exc),
             )
-        return cleaned
+            return aborted, 0
 
     def _prune_log(self, query_id: str, batch_id: int) -> None:
         """Forget finished batches older than the retention; replays only ever concern the
@@ -596,14 +420,9 @@ class Coordinator:
             self.commit_log.forget(query_id, done)
 
     def _finish(self, metrics: BatchMetrics, started: float) -> BatchMetrics:
-        metrics = _with_total(metrics, time.monotonic() - started)
+        metrics = replace(metrics, total_seconds=time.monotonic() - started)
         _log.info(metrics.summary())
         return metrics
-
-    def _already_committed(self, query_id: str, batch_id: int) -> bool:
-        if self.commit_log.decision(query_id, batch_id) is not None:
-            return True
-        return self.sink.is_committed(RecoveryScope(self.sink_id, query_id), batch_id)
 
     def _collect(
         self, reports: Sequence[TaskReport], query_id: str, batch_id: int
@@ -611,12 +430,12 @@ class Coordinator:
         by_partition: dict[int, TaskReport] = {}
         for report in reports:
             by_partition.setdefault(report.partition, report)
-        failed = [r for r in by_partition.values() if r.error is not None]
-        if failed:
-            first = min(failed, key=lambda r: r.partition)
+        rejected = [r for r in by_partition.values() if r.outcome is TaskOutcome.REJECTED]
+        if rejected:
+            first = min(rejected, key=lambda r: r.partition)
             raise BatchFailedError(
-                f"{first.error} ({len(failed)} of {len(by_partition)} partition(s) rejected "
-                f"their data; {self._what_stays()})",
+                f"{first.error} ({len(rejected)} of {len(by_partition)} partition(s) rejected "
+                f"their data; {_WHAT_STAYS[self.path]})",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
                 partition=first.partition,
@@ -649,19 +468,19 @@ class Coordinator:
             committables.append(committable)
         return committables
 
-    def _what_stays(self) -> str:
-        if self.sink.capabilities.commit_in_task:
-            return (
-                "partitions that committed in their tasks stay committed and are skipped "
-                "when the batch runs again"
-            )
-        return "nothing of the batch was committed"
-
-    def _abort_batch(self, batch_id: int) -> None:
-        """Phase 1 failed: abort everything prepared for the batch, including attempts
-        that never reported back (failed or speculative tasks)."""
+    def _abort_batch(self, query_id: str, batch_id: int) -> None:
+        """Phase 1 failed: abort what the batch prepared, including attempts that never
+        reported back (failed or speculative tasks), and sweep what never prepared. Only
+        this batch: pending decisions of other batches are the next recovery's."""
         try:
-            self.recover()
+            if self._driver is not None:
+                prepared = [
+                    c
+                    for c in self._list_prepared(self._driver)
+                    if (c.query_id, c.batch_id) == (query_id, batch_id)
+                ]
+                self._abort(self._driver, prepared, "prepared work of the failed batch")
+            self._sweep()
         except Exception:
             _log.exception(
                 "twopc sink=%s batch %d: clean-up after a failed phase 1 failed; the next "
@@ -670,9 +489,31 @@ class Coordinator:
                 batch_id,
             )
 
+    # -- finishing a decision ------------------------------------------------------------------
+
+    def _mark_done(self, decision: Decision) -> int:
+        """Task path: the tasks committed before the decision was written; only the log
+        lags."""
+        self.commit_log.mark_done(decision.query_id, decision.batch_id)
+        return 0
+
+    def _commit_recovered(self, decision: Decision) -> int:
+        return self._commit_decision(decision, recovering=True)
+
     def _commit_decision(self, decision: Decision, *, recovering: bool = False) -> int:
-        """Commit a decided batch partition by partition, then mark it done; idempotent,
-        so recovery may run it again after a crash anywhere in it."""
+        """Driver path: commit a decided batch partition by partition, then mark it done;
+        idempotent, so recovery may run it again after a crash anywhere in it."""
+        driver = self._driver
+        if driver is None:
+            raise ConfigurationError(
+                f"batch {decision.batch_id} of query {decision.query_id} was decided for a "
+                f"commit on the driver, but {type(self.sink).__name__} cannot commit on the "
+                "driver: restart the query with the sink options it ran with when the batch "
+                "was decided (e.g. the SQL transaction_mode), let it finish that batch, "
+                "then change them",
+                sink_id=self.sink_id,
+                batch_id=decision.batch_id,
+            )
         retries = 0
         if recovering:
             self._fire(CrashPoint.RECOVERY_BEFORE_COMMIT, decision.batch_id)
@@ -680,25 +521,17 @@ class Coordinator:
         for index, committable in enumerate(decision.committables):
             if index == 1:
                 self._fire(between, decision.batch_id)
-            retries += self._commit_all([committable])
+            retries += self._commit_all(driver, [committable])
         self.commit_log.mark_done(decision.query_id, decision.batch_id)
         return retries
 
-    def _commit_all(self, committables: Sequence[Committable]) -> int:
+    def _commit_all(self, driver: CommitsOnDriver, committables: Sequence[Committable]) -> int:
         first = committables[0]
+        partition = first.partition if len(committables) == 1 else None
 
-        def commit() -> list[CommitOutcome]:
-            try:
-                return self.sink.commit(committables)
-            except TwoPCError:
-                raise
-            except Exception as exc:
-                raise CommitError(
-                    _describe(exc),
-                    sink_id=self.sink_id,
-                    batch_id=first.batch_id,
-                    partition=first.partition if len(committables) == 1 else None,
-                ) from exc
+        def commit() -> None:
+            with leaving_sink(self.sink_id, first.batch_id, partition, wrap=CommitError):
+                driver.commit(committables)
 
         try:
             _, retries = call_with_retries(
@@ -717,7 +550,7 @@ class Coordinator:
                 batch_id=first.batch_id,
                 partition=exc.partition,
             ) from exc
-        return int(retries)
+        return retries
 
     def _fire(self, point: CrashPoint, batch_id: int) -> None:
         if self.faults:
@@ -735,17 +568,3 @@ def _partition_count(engine: BatchEngine) -> int:
         _log.debug("the engine could not tell its partition count", exc_info=True)
         return 0
     return int(value) if value else 0
-
-
-def _with_total(metrics: BatchMetrics, total: float) -> BatchMetrics:
-    return replace(metrics, total_seconds=total)
-
-
-def _short(exc: BaseException, limit: int = 2000) -> str:
-    """The useful part of an engine error: our own message if present, else the tail."""
-    text = str(exc)
-    for line in reversed(text.splitlines()):
-        stripped = line.strip()
-        if "sink '" in stripped and ("batch" in stripped or "partition" in stripped):
-            return stripped[:limit]
-    return (text.strip().splitlines() or [type(exc).__name__])[-1][:limit]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from twopc._commit_log import CommitLog
+from twopc.errors import ConfigurationError
 from twopc.faults import ENV_VAR
 
 __all__ = ["DemoResult", "run_demo"]
@@ -176,16 +178,22 @@ def _kill_process_group(pid: int) -> None:
 
 
 def _describe_crash_state(output: Path, batch_id: int) -> str:
-    """What the crash left on disk for the batch: decision, promoted and staged files."""
-    decisions = list(output.glob(f"_twopc/*/*/{batch_id:020d}.decision.json"))
-    if not decisions:
+    """What the crash left for the batch, as ``twopc status`` sees it: whether the batch
+    was decided, and how many of its partitions are still staged (invisible to readers)."""
+    from twopc._demo_query import SINK_ID
+    from twopc._status import ItemKind, sink_status
+    from twopc.plugins import create_sink
+
+    sink = create_sink("files", path=str(output))
+    log = CommitLog(sink.default_commit_log(SINK_ID) or "")
+    status = sink_status(sink, SINK_ID, log)
+    mine = [item for item in status.items if item.batch_id == batch_id]
+    if not any(item.kind is ItemKind.DECISION for item in mine):
         return "no decision recorded"
-    body = json.loads(decisions[0].read_text())
-    finals = [f["final"] for c in body["committables"] for f in c["payload"]["files"]]
-    promoted = sum(1 for name in finals if (output / name).exists())
+    staged = sum(1 for item in mine if item.kind is ItemKind.PREPARED)
     return (
-        f"decision recorded, {promoted} of {len(finals)} file(s) promoted, the rest still "
-        "staged (invisible to readers)"
+        f"decision recorded, {staged} partition(s) still staged (invisible to readers), the "
+        "rest promoted"
     )
 
 
@@ -215,13 +223,13 @@ def run_demo(
 ) -> DemoResult:
     """Run the demo; returns the verdict (also printed as the last line)."""
     if not 0 <= crash_batch < batches:
-        raise ValueError("crash_batch must be one of the batches")
+        raise ConfigurationError("crash_batch must be one of the batches")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("Spark needs Java 17 or newer: install a JDK and put java on PATH")
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twopc-demo-"))
     if base.exists() and any(base.iterdir()):
         if not (base / _MARKER).exists():
-            raise ValueError(
+            raise ConfigurationError(
                 f"{base} is not empty and was not made by twopc demo; pick another --dir"
             )
         shutil.rmtree(base)

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
-__all__ = ["BatchMetrics", "TaskMetrics"]
+__all__ = ["BatchMetrics", "BatchStatus", "TaskMetrics"]
+
+
+class BatchStatus(StrEnum):
+    """What happened to a micro-batch (compares equal to its string value)."""
+
+    COMMITTED = "committed"
+    SKIPPED = "skipped"
+    """Already committed: a replay, nothing written."""
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -24,14 +34,15 @@ class TaskMetrics:
 class BatchMetrics:
     """What happened to one micro-batch. Logged as one line and handed to the caller.
 
-    ``status`` is ``committed``, ``skipped`` (already committed: a replay) or ``failed``.
+    ``status`` is a :class:`BatchStatus`: ``committed``, ``skipped`` (already committed: a
+    replay) or ``failed``.
     Times are wall-clock seconds per phase; ``commit_retries`` counts retried commit calls.
     """
 
     sink_id: str
     query_id: str
     batch_id: int
-    status: str
+    status: BatchStatus
     partitions: int = 0
     rows: int = 0
     bytes: int = 0
@@ -48,7 +59,9 @@ class BatchMetrics:
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        body = asdict(self)
+        body["status"] = str(self.status)
+        return body
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

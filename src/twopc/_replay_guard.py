@@ -9,63 +9,70 @@ error that says what to run, where skipping or writing again would lose or dupli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from twopc._boundary import leaving_sink
 from twopc._commit_log import BatchRun, CommitLog
+from twopc._paths import CommitPath
 from twopc.errors import (
     CheckpointMismatchError,
     CommitStateUnknownError,
     ReplayMismatchError,
     TwoPCError,
 )
-from twopc.protocol import Footprint, RecoveryScope, Sink
+from twopc.protocol import Footprint, KeepsMarkers, RecoveryScope
 
 __all__ = ["ReplayGuard", "describe_run"]
 
+_BEFORE_PHASE1 = (
+    "reading the target's markers before phase 1 failed (nothing of the batch was written; "
+    "a restart runs it again): "
+)
+
 
 class ReplayGuard:
-    """The replay checks of one sink, against its commit log and its target's markers."""
+    """The replay checks of one sink, against its commit log and, where the sink keeps
+    them (:class:`~twopc.KeepsMarkers`), its target's markers."""
 
-    def __init__(self, sink: Sink[Any], sink_id: str, commit_log: CommitLog) -> None:
-        self.sink = sink
+    def __init__(
+        self,
+        sink_id: str,
+        commit_log: CommitLog,
+        markers: KeepsMarkers | None,
+        naming: Callable[[], dict[str, Any]],
+    ) -> None:
         self.sink_id = sink_id
         self.commit_log = commit_log
+        self.markers = markers
+        self.naming = naming
 
     def committed_partitions(
-        self,
-        scope: RecoveryScope,
-        batch_id: int,
-        footprint: Footprint,
-        *,
-        asked_for: int | None = None,
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint, *, asked_for: int
     ) -> set[int] | None:
-        """The sink's markers, with its errors naming the sink and the batch being run."""
-        try:
-            return self.sink.committed_partitions(scope, batch_id, footprint)
-        except TwoPCError as exc:
-            if exc.sink_id is not None:
-                raise
-            # Every check runs before phase 1: nothing of the batch is written yet. The
-            # sink's class stays (a wrong password is permanent, a stalled server transient).
-            raise type(exc)(
-                "reading the target's markers before phase 1 failed (nothing of the batch "
-                f"was written; a restart runs it again): {exc.cause_message}",
-                sink_id=self.sink_id,
-                batch_id=batch_id if asked_for is None else asked_for,
-            ) from exc
+        """The target's markers (``None`` when the sink keeps none), with its errors
+        naming the sink and the batch being run. The sink's error class stays (a wrong
+        password is permanent, a stalled server transient)."""
+        if self.markers is None:
+            return None
+        with leaving_sink(self.sink_id, asked_for, what=_BEFORE_PHASE1):
+            try:
+                return self.markers.committed_partitions(scope, batch_id, footprint)
+            except TwoPCError as exc:
+                if exc.sink_id is not None:
+                    raise
+                raise type(exc)(f"{_BEFORE_PHASE1}{exc.cause_message}") from exc
 
-    def markers_not_ahead(self, query_id: str, batch_id: int) -> None:
+    def markers_not_ahead(self, query_id: str, batch_id: int, newest_decided: int | None) -> None:
         """The target's markers never show a batch newer than the one the query runs,
         unless the checkpoint went back (an older copy put back, with the commit log inside
         it). Then the replays' input cannot be checked against the log, so refuse."""
-        decided = self.commit_log.decided_batches(query_id)
-        if decided and decided[-1] > batch_id:
+        if newest_decided is not None and newest_decided > batch_id:
             return  # the log knows the newer batches: it checks their input itself
         scope = RecoveryScope(self.sink_id, query_id)
         ahead = self.committed_partitions(
-            scope, batch_id + 1, Footprint(self.sink.naming(), 0), asked_for=batch_id
+            scope, batch_id + 1, Footprint(self.naming(), 0), asked_for=batch_id
         )
         if not ahead:
             return
@@ -92,7 +99,7 @@ class ReplayGuard:
         if not earlier or batch_id == 0:
             return
         previous = self.commit_log.decision(query_id, batch_id - 1)
-        if previous is None or previous.committed_in_task is False:
+        if previous is None or previous.path is CommitPath.DRIVER:
             return
         scope = RecoveryScope(self.sink_id, query_id)
         footprint = replace(earlier[-1].footprint, partitions=0)
@@ -147,7 +154,9 @@ class ReplayGuard:
             if not earlier.committed_in_task or earlier.same_shape(run):
                 continue
             scope = RecoveryScope(self.sink_id, query_id)
-            committed = self.committed_partitions(scope, batch_id, earlier.footprint)
+            committed = self.committed_partitions(
+                scope, batch_id, earlier.footprint, asked_for=batch_id
+            )
             if committed is not None and not committed:
                 continue
             what = (
@@ -166,11 +175,10 @@ class ReplayGuard:
                 batch_id=batch_id,
             )
 
-    def order(self, query_id: str, batch_id: int) -> None:
-        decided = self.commit_log.decided_batches(query_id)
-        if decided and decided[-1] > batch_id:
+    def order(self, query_id: str, batch_id: int, newest_decided: int | None) -> None:
+        if newest_decided is not None and newest_decided > batch_id:
             raise CheckpointMismatchError(
-                f"the commit log at {self.commit_log.url} already holds batch {decided[-1]} "
+                f"the commit log at {self.commit_log.url} already holds batch {newest_decided} "
                 f"of query {query_id}, but the query is now running batch {batch_id}. The "
                 "checkpoint was restored from an older copy or the commit log belongs to "
                 "another checkpoint; refusing to write rather than skip or duplicate data",

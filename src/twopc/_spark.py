@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from twopc._checkpoint import input_fingerprint
-from twopc._coordinator import Phase1Task, RetryPolicy, TaskReport
+from twopc._phase1 import Phase1Task
+from twopc._reports import TaskReport
+from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
-from twopc.errors import ConfigurationError
+from twopc.errors import ConfigurationError, SinkError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink
 
@@ -57,12 +59,29 @@ class _SparkEngine:
         return count if count > 0 else None
 
     def duplicate_attempts_possible(self) -> bool:
-        """With ``spark.speculation`` on, a losing copy of a task may have prepared."""
-        return self._speculation
+        """Whether a losing run of a task may have prepared: with ``spark.speculation`` on
+        (a speculative copy), or when phase 1's job re-attempted a stage (an executor was
+        lost: the old attempt's tasks may still run, and attempt numbers start again)."""
+        return self._speculation or self._stage_reattempted()
 
-    def wait_for_stragglers(self, timeout: float) -> None:
+    def _stage_reattempted(self) -> bool:
+        try:
+            tracker = self._df.sparkSession.sparkContext.statusTracker()
+            for job in sorted(self._jobs):
+                info = tracker.getJobInfo(job)
+                for stage in info.stageIds if info is not None else ():
+                    stage_info = tracker.getStageInfo(stage)
+                    if stage_info is not None and stage_info.currentAttemptId > 0:
+                        return True
+        except Exception:
+            _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
+            return True  # cannot tell: clean up as if it did
+        return False
+
+    def wait_for_stragglers(self, timeout: float) -> bool:
         """Wait (bounded) until phase 1's job has no running task attempt left: Spark kills
-        the losing copies of speculated tasks only after the job has its results."""
+        the losing copies of speculated tasks only after the job has its results. Whether
+        they all ended."""
         tracker = self._df.sparkSession.sparkContext.statusTracker()
         stages = [
             stage
@@ -79,7 +98,7 @@ class _SparkEngine:
                 and stage_info.numActiveTasks > 0
             ]
             if not running:
-                return
+                return True
             if time.monotonic() >= deadline:
                 _log.warning(
                     "task attempts of stage(s) %s still run after %.0fs; cleaning up anyway "
@@ -87,7 +106,7 @@ class _SparkEngine:
                     running,
                     timeout,
                 )
-                return
+                return False
             time.sleep(0.1)
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
@@ -97,14 +116,23 @@ class _SparkEngine:
             context = SparkTaskContext.get()
             partition = context.partitionId() if context else 0
             attempt = context.attemptNumber() if context else 0
-            report = task.run(partition, attempt, batches)
+            # attemptNumber counts from 0 again in a re-attempted stage (after an executor
+            # was lost): the task attempt id is what tells two runs of a partition apart
+            report = task.run(
+                partition,
+                attempt,
+                batches,
+                attempt_id=context.taskAttemptId() if context else None,
+            )
             yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
 
-        tracker = self._df.sparkSession.sparkContext.statusTracker() if self._speculation else None
-        before = set(tracker.getJobIdsForGroup(self._job_group)) if tracker else set()
-        rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
-        if tracker is not None:
-            self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
+        tracker = self._df.sparkSession.sparkContext.statusTracker()
+        before = set(tracker.getJobIdsForGroup(self._job_group))
+        try:
+            rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
+        except Exception as exc:
+            raise SinkError(f"the Spark job failed: {_worker_error(exc)}") from exc
+        self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
         return [TaskReport.loads(row["report"]) for row in rows]
 
     def discard(self) -> None:
@@ -152,7 +180,7 @@ class SparkBatchWriter(BatchWriter):
             self._checked_queries.add(query_id)
 
         keys = self.sink.partition_columns()
-        if self.sink.capabilities.single_transaction:
+        if self.sink.single_task:
             df = df.repartition(1)
         elif keys:
             df = df.repartition(*keys)
@@ -290,3 +318,17 @@ def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int
             sink_id=sink_id,
             batch_id=batch_id,
         )
+
+
+def _worker_error(exc: BaseException, limit: int = 2000) -> str:
+    """The useful line of a failed Spark job's error: Spark reports a task's Python
+    exception as text inside its own, after the JVM's frames. The last line that reads
+    like a Python exception (``module.Type: message``) is the task's; a job that failed
+    for another reason (an executor lost) keeps Spark's own first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        head, sep, _ = line.partition(": ")
+        python_like = head.rsplit(".", 1)[-1].endswith(("Error", "Exception", "Fault"))
+        if sep and python_like and not head.startswith(("org.", "java.", "scala.", "py4j.")):
+            return line[:limit]
+    return (lines[0] if lines else type(exc).__name__)[:limit]

@@ -13,15 +13,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from twopc._boundary import leaving_sink
 from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator
 from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
-from twopc.protocol import Committable, Inspection, PendingWork, Sink, TargetMarker
+from twopc._paths import CommitPath
+from twopc.protocol import (
+    CommitsOnDriver,
+    Committable,
+    Inspection,
+    PendingWork,
+    Sink,
+    TargetMarker,
+    WorkKind,
+)
 
 __all__ = [
-    "ACTIONS",
+    "Action",
+    "ItemKind",
     "QueryStatus",
     "RecoveryReport",
     "SinkStatus",
@@ -31,19 +43,38 @@ __all__ = [
     "sink_status",
 ]
 
-ACTIONS = ("commit", "abort", "mark_done", "sweep", "fail")
-"""What recovery does with an item: commit it, abort it, only mark the batch done in the
-commit log (the tasks committed already), remove leftovers that never prepared, or stop
-with an error (decided work the target no longer has: it cannot be committed)."""
+
+class Action(StrEnum):
+    """What recovery does with an item (compares equal to its string value)."""
+
+    COMMIT = "commit"
+    ABORT = "abort"
+    MARK_DONE = "mark_done"
+    """Only mark the batch done in the commit log: its tasks committed already."""
+    SWEEP = "sweep"
+    """Remove leftovers that never prepared."""
+    FAIL = "fail"
+    """Stop with an error: decided work the target no longer has cannot be committed."""
+
+
+class ItemKind(StrEnum):
+    """What a status item is: a pending decision, decided work that is gone, or work the
+    sink shows (the values of :class:`~twopc.WorkKind`)."""
+
+    DECISION = "decision"
+    LOST = "lost"
+    PREPARED = WorkKind.PREPARED.value
+    UNPREPARED = WorkKind.UNPREPARED.value
+    OPEN = WorkKind.OPEN.value
 
 
 @dataclass(frozen=True)
 class StatusItem:
     """One thing recovery would act on, and the action."""
 
-    kind: str
+    kind: ItemKind
     ident: str
-    action: str
+    action: Action
     query_id: str | None = None
     batch_id: int | None = None
     partition: int | None = None
@@ -133,7 +164,9 @@ class SinkStatus:
                 }
                 for q in self.queries
             ],
-            "in_doubt": [asdict(i) for i in self.items],
+            "in_doubt": [
+                {**asdict(i), "kind": str(i.kind), "action": str(i.action)} for i in self.items
+            ],
             "notes": list(self.notes),
         }
 
@@ -147,8 +180,10 @@ def sink_status(
 ) -> SinkStatus:
     """Read-only: what recovery of ``sink_id`` would do now, and whether a writer runs."""
     pending = commit_log.pending()
-    inspection = sink.inspect(sink_id)
-    items = [_decision_item(sink, d) for d in pending]
+    with leaving_sink(sink_id, what="inspecting the target failed: "):
+        inspection = sink.inspect(sink_id)
+    path = CommitPath.of(sink)
+    items = [_decision_item(d, path) for d in pending]
     items.extend(_lost_item(c) for d in pending for c in _lost(sink, d, inspection))
     decisions = commit_log.decisions_for(
         w.committable for w in inspection.pending if w.committable is not None
@@ -176,33 +211,36 @@ def _assess(heartbeat: Heartbeat, stale_after: float) -> tuple[bool, str]:
     return liveness.running, liveness.reason
 
 
-def _decision_item(sink: Sink[Any], decision: Decision) -> StatusItem:
-    in_task = sink.capabilities.commit_in_task
+_PENDING = {
+    CommitPath.DRIVER: (Action.COMMIT, "phase 2 did not finish"),
+    CommitPath.TASK: (
+        Action.MARK_DONE,
+        "the tasks committed before the decision, only the log lags",
+    ),
+}
+
+
+def _decision_item(decision: Decision, sink_path: CommitPath) -> StatusItem:
+    """A pending decision is finished the way it was made (its recorded path)."""
+    action, why = _PENDING[decision.path or sink_path]
     return StatusItem(
-        kind="decision",
+        kind=ItemKind.DECISION,
         ident=f"batch {decision.batch_id}",
-        action="mark_done" if in_task else "commit",
+        action=action,
         query_id=decision.query_id,
         batch_id=decision.batch_id,
         age_seconds=_age(decision.decided_at),
-        detail=(
-            f"decided with {len(decision.committables)} partition(s); "
-            + (
-                "the tasks committed before the decision, only the log lags"
-                if in_task
-                else "phase 2 did not finish"
-            )
-        ),
+        detail=f"decided with {len(decision.committables)} partition(s); {why}",
     )
 
 
 def _lost(sink: Sink[Any], decision: Decision, inspection: Inspection) -> list[Committable]:
-    """Committables of a pending decision that the target shows neither prepared nor
-    committed. Only knowable for sinks whose prepared work ``inspect`` lists and that keep
-    markers (SQL ``two_phase``): such work was rolled back outside twopc, and recovery
-    stops with an error on it."""
-    caps = sink.capabilities
-    if caps.commit_in_task or not caps.recover or inspection.markers is None:
+    """Committables of a pending driver-path decision that the target shows neither
+    prepared nor committed. Only knowable for driver-commit sinks that keep markers (SQL
+    ``two_phase``): such work was rolled back outside twopc, and recovery stops with an
+    error on it."""
+    driver_path = (decision.path or CommitPath.of(sink)) is CommitPath.DRIVER
+    if not driver_path or not isinstance(sink, CommitsOnDriver) or inspection.markers is None:
         return []
     prepared = {
         (c.query_id, c.batch_id, c.partition, c.attempt)
@@ -220,9 +258,9 @@ def _lost(sink: Sink[Any], decision: Decision, inspection: Inspection) -> list[C
 
 def _lost_item(committable: Committable) -> StatusItem:
     return StatusItem(
-        kind="lost",
+        kind=ItemKind.LOST,
         ident=f"batch {committable.batch_id} partition {committable.partition}",
-        action="fail",
+        action=Action.FAIL,
         query_id=committable.query_id,
         batch_id=committable.batch_id,
         partition=committable.partition,
@@ -239,19 +277,19 @@ def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | No
     committable = work.committable
     if committable is None:
         # never prepared, or not attributable: the sweep removes or aborts it
-        action = "abort" if work.kind == "open_transaction" else "sweep"
+        action = Action.ABORT if work.kind is WorkKind.OPEN else Action.SWEEP
         detail = work.detail
     else:
         decision = decisions[(committable.query_id, committable.batch_id)]
         if decision is not None and decision.contains(committable):
-            action, why = "commit", "named by the batch's decision"
+            action, why = Action.COMMIT, "named by the batch's decision"
         elif decision is not None:
-            action, why = "abort", "an attempt the batch's decision does not name"
+            action, why = Action.ABORT, "an attempt the batch's decision does not name"
         else:
-            action, why = "abort", "no decision for the batch"
+            action, why = Action.ABORT, "no decision for the batch"
         detail = f"{why}; {work.detail}" if work.detail else why
     return StatusItem(
-        kind=work.kind,
+        kind=ItemKind(work.kind.value),
         ident=work.ident,
         action=action,
         query_id=work.query_id,
@@ -364,7 +402,7 @@ def recover_sink(
         return RecoveryReport(plan, performed=True, after=after, error=f"{exc}")
     after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
     deadline = time.monotonic() + settle_seconds
-    while after.items and all(i.kind == "open_transaction" for i in after.items):
+    while after.items and all(i.kind is ItemKind.OPEN for i in after.items):
         if time.monotonic() >= deadline:
             break
         sleep(0.5)

@@ -10,11 +10,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from twopc._boundary import describe_exception
 from twopc._commit_log import CommitLog
-from twopc._coordinator import BatchEngine, Coordinator, RetryPolicy
+from twopc._coordinator import Coordinator
 from twopc._liveness import Heartbeat, this_host
-from twopc._metrics import BatchMetrics
-from twopc.errors import ConfigurationError
+from twopc._metrics import BatchMetrics, BatchStatus
+from twopc._paths import check_roles
+from twopc._phase1 import BatchEngine
+from twopc._retry import RetryPolicy
+from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink
 from twopc.storage import join
@@ -83,11 +87,7 @@ class BatchWriter:
         on_metrics: MetricsCallback | None = None,
         history: int = 100,
     ) -> None:
-        if not isinstance(sink, Sink):
-            raise ConfigurationError(
-                f"expected a twopc.Sink, got {type(sink).__name__}; create one with "
-                "twopc.create_sink(backend, ...)"
-            )
+        check_roles(sink)
         self.sink = sink
         self.sink_id = validate_sink_id(sink_id)
         self._commit_log_url = commit_log
@@ -186,10 +186,15 @@ class BatchWriter:
             )
         except Exception as exc:
             self._heartbeat(coordinator, query_id, batch_id, "failed")
+            error = _as_twopc_error(exc, self.sink_id, batch_id)
             self._record(
-                BatchMetrics(self.sink_id, query_id, batch_id, status="failed", error=str(exc))
+                BatchMetrics(
+                    self.sink_id, query_id, batch_id, status=BatchStatus.FAILED, error=str(error)
+                )
             )
-            raise
+            if error is exc:
+                raise
+            raise error from exc
         self._heartbeat(coordinator, query_id, batch_id, "idle")
         self._record(metrics)
         return metrics
@@ -203,3 +208,11 @@ class BatchWriter:
         except Exception:
             # The batch is already decided; a broken callback must not fail the query.
             _log.exception("twopc sink=%s: on_metrics callback failed", self.sink_id)
+
+
+def _as_twopc_error(exc: Exception, sink_id: str, batch_id: int) -> TwoPCError:
+    """The error a batch fails with: a twopc error that names the sink and the batch
+    (anything else, e.g. the commit log's storage failing, is wrapped)."""
+    if isinstance(exc, TwoPCError):
+        return exc.at(sink_id=sink_id, batch_id=batch_id)
+    return TwoPCError(describe_exception(exc), sink_id=sink_id, batch_id=batch_id)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from twopc._ops_cli import add_ops_commands
 from twopc._version import __version__
+from twopc.errors import ConfigurationError
 from twopc.plugins import PluginRegistry
 
 __all__ = ["main"]
@@ -67,7 +68,7 @@ def _demo(args: argparse.Namespace) -> int:
             crash_batch=args.crash_batch,
             keep=args.keep,
         )
-    except (RuntimeError, ValueError) as exc:
+    except (RuntimeError, ConfigurationError) as exc:
         print(f"twopc demo: {exc}", file=sys.stderr)
         print("exactly-once: FAILED (the demo could not run)")
         return 2

@@ -6,7 +6,9 @@ streaming query names what failed and why::
 
     TwoPCError
     ├── ConfigurationError            bad options; will never succeed as configured
-    │   └── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
+    │   ├── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
+    │   ├── ReplayMismatchError       a partly committed batch replayed in another shape
+    │   └── UnsupportedFormatError    a record written by another twopc or sink version
     ├── PluginError                   plugin discovery and loading
     │   ├── BackendNotFoundError      no backend registered under that name
     │   ├── BackendNotInstalledError  the backend's optional dependencies are missing
@@ -17,14 +19,20 @@ streaming query names what failed and why::
     │   └── CommitError               phase 2 failed
     │       └── CommitStateUnknownError  we cannot tell whether the commit happened
     ├── BatchFailedError              phase 1 failed; nothing of the batch was committed
-    │                                 (commit_in_task sinks: partitions already committed stay)
+    │                                 (CommitsInTask sinks: partitions already committed stay)
     └── InjectedFault                 raised by fault injection (tests, demo, conformance kit)
 
 ``retryable`` tells the coordinator whether retrying the same call may help
 (Flink's ``retryLater`` versus ``signalFailedWithKnownReason``).
+
+Sinks raise these without saying where: the core fills in the sink id, batch and
+partition once, where an error leaves the sink (:meth:`TwoPCError.at`), and turns any
+other exception leaving a sink into a :class:`SinkError` that names its type.
 """
 
 from __future__ import annotations
+
+from typing import Self
 
 __all__ = [
     "BackendNotFoundError",
@@ -42,6 +50,7 @@ __all__ = [
     "SinkError",
     "TransientSinkError",
     "TwoPCError",
+    "UnsupportedFormatError",
 ]
 
 
@@ -80,6 +89,25 @@ class TwoPCError(Exception):
             return self.cause_message
         return f"{', '.join(where)}: {self.cause_message}"
 
+    def at(
+        self,
+        *,
+        sink_id: str | None = None,
+        batch_id: int | None = None,
+        partition: int | None = None,
+    ) -> Self:
+        """Fill in where the error happened, for the fields not known yet, and return the
+        error itself. The core calls it where an error leaves a sink; a field a sink set
+        itself is kept."""
+        if self.sink_id is None and sink_id is not None:
+            self.sink_id = sink_id
+        if self.batch_id is None and batch_id is not None:
+            self.batch_id = batch_id
+        if self.partition is None and partition is not None:
+            self.partition = partition
+        self.args = (self._render(),)
+        return self
+
     def __reduce__(self) -> tuple[object, ...]:
         # Errors cross process boundaries (executor -> driver); keep the keyword fields.
         return (
@@ -110,6 +138,11 @@ class ReplayMismatchError(ConfigurationError):
     """A batch that may be partly committed is replayed in another shape (partition count,
     naming options or input) than its first run, so it can be neither skipped nor
     rewritten partition by partition without duplicating or losing rows."""
+
+
+class UnsupportedFormatError(ConfigurationError):
+    """A commit log entry, committable or task report was written in a format this
+    version cannot read (another twopc or sink version): refused, never misread."""
 
 
 class PluginError(TwoPCError):
@@ -152,8 +185,8 @@ class CommitStateUnknownError(CommitError):
 
 class BatchFailedError(TwoPCError):
     """Phase 1 failed for the batch. Everything prepared was aborted; nothing is visible,
-    except, for ``commit_in_task`` sinks, partitions whose tasks had committed (a rerun of
-    the batch skips them)."""
+    except, for :class:`~twopc.CommitsInTask` sinks, partitions whose tasks had committed
+    (a rerun of the batch skips them)."""
 
 
 class InjectedFault(TwoPCError):

@@ -29,8 +29,10 @@ from typing import Any
 import pyarrow as pa
 
 from twopc._checkpoint import input_fingerprint
-from twopc._coordinator import Phase1Task, RetryPolicy, TaskReport
 from twopc._metrics import BatchMetrics
+from twopc._phase1 import Phase1Task
+from twopc._reports import TaskReport
+from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
@@ -188,7 +190,7 @@ class LocalBatchWriter(BatchWriter):
         partitions: Sequence[pa.Table],
         checkpoint_root: str | None = None,
     ) -> BatchMetrics:
-        if self.sink.capabilities.single_transaction and len(partitions) > 1:
+        if self.sink.single_task and len(partitions) > 1:
             partitions = [pa.concat_tables(partitions)]
         engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
         return self.run(

@@ -1,102 +1,83 @@
-"""The sink contract: what a backend implements to be driven by the twopc coordinator.
+"""The sink contract: what a backend implements to be driven by twopc.
 
-This module knows nothing of Spark. A sink is driven in two phases for every micro-batch:
+Every sink implements the **task side**, :class:`Sink`, which runs on the executors once per
+partition of a micro-batch: :meth:`~Sink.begin_transaction`, :meth:`~Sink.invoke` for each
+Arrow record batch, :meth:`~Sink.pre_commit` (make the data durable, return a small
+:class:`Committable`) and :meth:`~Sink.abort`. Then it takes **one commit role**:
 
-* **Phase 1, on executors, once per partition (task):** :meth:`Sink.begin_transaction`,
-  :meth:`Sink.invoke` for each Arrow record batch, then :meth:`Sink.pre_commit`, which makes
-  the data durable and returns a small, serializable :class:`Committable`.
-* **Decision, on the driver:** when every partition pre-committed, the coordinator records
-  the committables durably in its commit log.
-* **Phase 2, on the driver** (or in the task, for sinks whose transactions cannot leave the
-  process, see :attr:`Capabilities.commit_in_task`): :meth:`Sink.commit`, idempotent.
+* :class:`CommitsOnDriver`: what ``pre_commit`` prepared can be committed by any process
+  (staged files, a PostgreSQL prepared transaction, an XA branch). The driver records the
+  batch's decision once every partition prepared, then calls :meth:`~CommitsOnDriver.commit`;
+  recovery lists prepared work with :meth:`~CommitsOnDriver.recover` and commits what a
+  decision names, aborting the rest. Readers see nothing of a batch before the decision.
+* :class:`CommitsInTask`: the transaction cannot leave the task that opened it (a Kafka
+  producer, a plain database transaction). The task commits it right after ``pre_commit``
+  with :meth:`~CommitsInTask.commit_in_task`, together with a marker (a Kafka group offset,
+  a marker row) that records "partition p of batch b is committed" atomically with the
+  data; a replayed task finds its marker and writes nothing. Partitions of a failed batch
+  that had committed stay committed.
 
-After a crash the coordinator calls :meth:`Sink.recover` and commits what was decided, and
-aborts (:meth:`Sink.abort_prepared`) what was not. Flink's names map one to one:
-``beginTransaction`` → ``begin_transaction``, ``preCommit`` → ``pre_commit``,
-``recoverAndCommit`` / ``recoverAndAbort`` → ``recover`` followed by ``commit`` or
-``abort_prepared``.
+The coordinator picks its path from the role, once: nothing else declares how a sink
+commits. Flink's names map one to one: ``SinkWriter.prepareCommit`` → ``pre_commit``,
+``Committer.commit`` → :meth:`CommitsOnDriver.commit`. A minimal driver-commit sink::
 
-A minimal sink::
+    class ListSink(Sink[list[pa.RecordBatch]], CommitsOnDriver):
+        def begin_transaction(self, ctx): return []
+        def invoke(self, txn, batch): txn.append(batch)
+        def pre_commit(self, txn): ...     # stage txn durably, return a Committable
+        def abort(self, txn): txn.clear()
+        def commit(self, committables): ...
+        def abort_prepared(self, committables): ...
+        def recover(self, sink_id): ...
 
-    class ListSink(Sink[list[pa.RecordBatch]]):
-        capabilities = Capabilities(global_commit=True)
-
-        def begin_transaction(self, ctx):
-            return []
-
-        def invoke(self, txn, batch):
-            txn.append(batch)
-
-        def pre_commit(self, txn):
-            ...  # write txn somewhere durable, return Committable(...)
-
-        ...
+See ``docs/plugins.md`` for a complete plugin of each role.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pyarrow as pa
 
+from twopc.errors import UnsupportedFormatError
+
 __all__ = [
     "COMMITTABLE_FORMAT_VERSION",
-    "Capabilities",
     "CommitOutcome",
+    "CommitsInTask",
+    "CommitsOnDriver",
     "Committable",
     "Footprint",
     "Inspection",
+    "KeepsMarkers",
+    "Payload",
     "PendingWork",
     "RecoveryScope",
     "Sink",
     "TargetMarker",
     "TaskContext",
+    "WorkKind",
 ]
 
 COMMITTABLE_FORMAT_VERSION = 1
-"""Version of the committable envelope written to commit logs. Bumped on layout changes."""
+"""Version of the committable envelope written to commit logs and task reports."""
 
 TxnT = TypeVar("TxnT")
+P = TypeVar("P", bound="Payload")
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What a sink can do, declared as data. The coordinator and the conformance kit read it.
-
-    Attributes:
-        global_commit: committables can be committed by another process (the driver) after
-            the task that prepared them ended. Files and SQL prepared transactions can; Kafka
-            transactions cannot.
-        commit_in_task: the task commits its own transaction right after ``pre_commit``
-            (Kafka, SQL ``transaction`` mode). Replays are then skipped per partition by the
-            sink's own markers.
-        atomic_batch_visibility: readers never see part of a micro-batch.
-        single_transaction: each micro-batch is written by one task in one transaction
-            (the engine merges the batch into a single partition first).
-        recover: :meth:`Sink.recover` finds prepared work left by a crashed run.
-        modes: write modes the sink supports, e.g. ``("append",)`` or ``("append", "upsert")``.
-    """
-
-    global_commit: bool = True
-    commit_in_task: bool = False
-    atomic_batch_visibility: bool = False
-    single_transaction: bool = False
-    recover: bool = True
-    modes: tuple[str, ...] = ("append",)
-
-    def __post_init__(self) -> None:
-        if self.global_commit and self.commit_in_task:
-            raise ValueError("a sink commits either on the driver (global_commit) or in the task")
+# -- values passed through the contract ----------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RecoveryScope:
-    """Identifies everything a sink instance owns: the sink id and the query it serves.
+    """Everything a sink instance owns: the sink id and the query it serves.
 
     ``query_id`` is the streaming query's id, which lives in the checkpoint; a new checkpoint
     means a new id, so batch ids that restart at 0 never collide with earlier output.
@@ -122,12 +103,65 @@ class TaskContext:
         return RecoveryScope(self.sink_id, self.query_id)
 
 
+class Payload:
+    """Base class of a sink's committable payload: subclass it as a frozen dataclass of
+    JSON-able fields, and raise :attr:`version` when the fields change.
+
+    A payload travels inside a :class:`Committable` from the task to the driver and into
+    the commit log, where a later version of the sink may read it. :meth:`of` reads it
+    back and refuses versions the class cannot read (:attr:`reads`), so an old log is read
+    or refused with a clear error, never misread. Override :meth:`from_json` to upgrade
+    older versions you still list in :attr:`reads`.
+    """
+
+    version: ClassVar[int] = 1
+    """The version this class writes."""
+    reads: ClassVar[tuple[int, ...]] = ()
+    """Versions this class can read; empty means only :attr:`version`."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict (a dataclass's fields by default)."""
+        if not hasattr(self, "__dataclass_fields__"):
+            raise TypeError(f"{type(self).__name__} must be a dataclass or override to_json")
+        return dataclasses.asdict(cast(Any, self))
+
+    @classmethod
+    def from_json(cls: type[P], data: Mapping[str, Any], version: int) -> P:
+        """Build the payload from what :meth:`to_json` wrote with ``version``."""
+        return cls(**dict(data))
+
+    @classmethod
+    def of(cls: type[P], committable: Committable) -> P:
+        """The payload of ``committable``, with its version checked."""
+        readable = cls.reads or (cls.version,)
+        if committable.version not in readable:
+            raise UnsupportedFormatError(
+                f"{cls.__name__} version {committable.version} of batch "
+                f"{committable.batch_id} partition {committable.partition} cannot be read by "
+                f"this version of the sink (it reads {', '.join(map(str, readable))}); run "
+                "the twopc version that wrote it to finish the batch",
+                sink_id=committable.sink_id,
+                batch_id=committable.batch_id,
+                partition=committable.partition,
+            )
+        try:
+            return cls.from_json(committable.payload, committable.version)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise UnsupportedFormatError(
+                f"the committable of batch {committable.batch_id} partition "
+                f"{committable.partition} is not a {cls.__name__} ({exc})",
+                sink_id=committable.sink_id,
+                batch_id=committable.batch_id,
+                partition=committable.partition,
+            ) from exc
+
+
 @dataclass(frozen=True)
 class Committable:
-    """The small, serializable result of ``pre_commit``; enough to commit from any process.
+    """The small, serializable result of ``pre_commit``: enough to commit from any process.
 
-    ``payload`` is the sink's own JSON-able data (file lists, transaction ids). ``version`` is
-    the sink's payload version so that a newer sink can still commit an older decision.
+    ``payload`` holds the sink's :class:`Payload` as JSON and ``version`` its version; read
+    it back with ``MyPayload.of(committable)``.
     """
 
     sink_id: str
@@ -139,18 +173,17 @@ class Committable:
     version: int = 1
 
     @classmethod
-    def for_task(
-        cls, ctx: TaskContext, payload: Mapping[str, Any], version: int = 1
-    ) -> Committable:
-        """The committable of the task ``ctx`` describes, with the sink's own payload."""
+    def for_task(cls, ctx: TaskContext, payload: Payload) -> Committable:
+        """The committable of the task ``ctx`` describes, carrying the sink's payload."""
         return cls(
             sink_id=ctx.sink_id,
             query_id=ctx.query_id,
             batch_id=ctx.batch_id,
             partition=ctx.partition,
             attempt=ctx.attempt,
-            payload=payload,
-            version=version,
+            # as JSON makes it: the same committable whether read back or not
+            payload=json.loads(json.dumps(payload.to_json())),
+            version=payload.version,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -171,88 +204,44 @@ class Committable:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Committable:
-        """Rebuild a committable written by :meth:`to_json`; rejects unknown formats."""
+        """Rebuild a committable written by :meth:`to_json`; refuses other formats."""
         fmt = data.get("format")
         if fmt != COMMITTABLE_FORMAT_VERSION:
-            raise ValueError(f"unsupported committable format {fmt!r}")
-        return cls(
-            sink_id=str(data["sink_id"]),
-            query_id=str(data["query_id"]),
-            batch_id=int(data["batch_id"]),
-            partition=int(data["partition"]),
-            attempt=int(data["attempt"]),
-            payload=dict(data.get("payload") or {}),
-            version=int(data.get("version", 1)),
-        )
+            raise UnsupportedFormatError(
+                f"committable format {fmt!r} is not the format {COMMITTABLE_FORMAT_VERSION} "
+                "this twopc reads; run the twopc version that wrote it"
+            )
+        try:
+            return cls(
+                sink_id=str(data["sink_id"]),
+                query_id=str(data["query_id"]),
+                batch_id=int(data["batch_id"]),
+                partition=int(data["partition"]),
+                attempt=int(data["attempt"]),
+                payload=dict(data.get("payload") or {}),
+                version=int(data.get("version", 1)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnsupportedFormatError(f"a committable is incomplete ({exc!r})") from exc
 
     @classmethod
     def loads(cls, text: str) -> Committable:
-        return cls.from_json(json.loads(text))
+        try:
+            return cls.from_json(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise UnsupportedFormatError(f"a committable is not JSON ({exc})") from exc
 
     @property
     def scope(self) -> RecoveryScope:
         return RecoveryScope(self.sink_id, self.query_id)
 
 
-@dataclass(frozen=True)
-class PendingWork:
-    """One thing a crash left for a sink that recovery would resolve, seen without touching it.
+class CommitOutcome(Enum):
+    """What a commit did for one committable (or, in the task, for the task)."""
 
-    ``kind`` says what it is: ``prepared`` (work that can still be committed or aborted; it
-    carries its ``committable``), ``unprepared`` (a failed attempt's leftovers that were never
-    prepared), ``staging_table``, or ``open_transaction`` (a transaction the target shows as
-    open but cannot attribute). Whether recovery commits or aborts prepared work is decided
-    against the commit log by :func:`twopc.sink_status`, not by the sink.
-    """
-
-    kind: str
-    ident: str
-    committable: Committable | None = None
-    query_id: str | None = None
-    batch_id: int | None = None
-    partition: int | None = None
-    attempt: int | None = None
-    age_seconds: float | None = None
-    detail: str = ""
-
-    @classmethod
-    def prepared(
-        cls, committable: Committable, ident: str, age_seconds: float | None = None
-    ) -> PendingWork:
-        """Prepared work described by its committable."""
-        return cls(
-            kind="prepared",
-            ident=ident,
-            committable=committable,
-            query_id=committable.query_id,
-            batch_id=committable.batch_id,
-            partition=committable.partition,
-            attempt=committable.attempt,
-            age_seconds=age_seconds,
-        )
-
-
-@dataclass(frozen=True)
-class TargetMarker:
-    """The newest batch the target system itself records as committed for one partition of
-    one query (a SQL marker row, a Kafka marker offset)."""
-
-    query_id: str
-    partition: int
-    batch_id: int
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """What :meth:`Sink.inspect` saw: pending work, the target's markers, and its limits.
-
-    ``markers`` is ``None`` when the sink keeps no markers of its own (the commit log is then
-    the only record of committed batches). ``notes`` say what the sink cannot see.
-    """
-
-    pending: tuple[PendingWork, ...] = ()
-    markers: tuple[TargetMarker, ...] | None = None
-    notes: tuple[str, ...] = ()
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already_committed"
+    """Nothing written: it was committed before (idempotence, or a replay's marker)."""
 
 
 @dataclass(frozen=True)
@@ -277,30 +266,102 @@ class Footprint:
         return cls(dict(data.get("naming") or {}), int(data["partitions"]))
 
 
-class CommitOutcome(Enum):
-    """What :meth:`Sink.commit` did for a committable."""
+@dataclass(frozen=True)
+class TargetMarker:
+    """The newest batch the target system itself records as committed for one partition of
+    one query (a SQL marker row, a Kafka marker offset)."""
 
-    COMMITTED = "committed"
-    ALREADY_COMMITTED = "already_committed"
+    query_id: str
+    partition: int
+    batch_id: int
+
+
+class WorkKind(StrEnum):
+    """What a piece of work a crash left is (:class:`PendingWork`); a string enum, so it
+    prints and serializes as its value."""
+
+    PREPARED = "prepared"
+    """Prepared and resolvable: a decision commits it, else recovery aborts it."""
+    UNPREPARED = "unprepared"
+    """Left by an attempt that never prepared (staged files, a staging table): swept."""
+    OPEN = "open"
+    """Open in the target but not attributable to a task (an open Kafka transaction seen
+    only as a partition held back): aborted by fencing or the target's own timeout."""
+
+
+@dataclass(frozen=True)
+class PendingWork:
+    """One thing a crash left that recovery would resolve, seen without touching it.
+
+    ``detail`` says in the sink's words what it is ("staging table of an attempt that did
+    not finish"). Whether recovery commits or aborts prepared work is decided against the
+    commit log by :func:`twopc.sink_status`, not by the sink.
+    """
+
+    kind: WorkKind
+    ident: str
+    committable: Committable | None = None
+    query_id: str | None = None
+    batch_id: int | None = None
+    partition: int | None = None
+    attempt: int | None = None
+    age_seconds: float | None = None
+    detail: str = ""
+
+    @classmethod
+    def prepared(
+        cls, committable: Committable, ident: str, age_seconds: float | None = None
+    ) -> PendingWork:
+        """Prepared work described by its committable."""
+        return cls(
+            kind=WorkKind.PREPARED,
+            ident=ident,
+            committable=committable,
+            query_id=committable.query_id,
+            batch_id=committable.batch_id,
+            partition=committable.partition,
+            attempt=committable.attempt,
+            age_seconds=age_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What :meth:`Sink.inspect` saw: pending work, the target's markers, and its limits.
+
+    ``markers`` is ``None`` when the sink keeps no markers of its own (the commit log is then
+    the only record of committed batches). ``notes`` say what the sink cannot see.
+    """
+
+    pending: tuple[PendingWork, ...] = ()
+    markers: tuple[TargetMarker, ...] | None = None
+    notes: tuple[str, ...] = ()
+
+
+# -- the task side: every sink ---------------------------------------------------------------
 
 
 class Sink(ABC, Generic[TxnT]):
-    """The contract a backend implements. Subclass it, declare :attr:`capabilities`.
+    """The task side every sink implements; combine it with one commit role,
+    :class:`CommitsOnDriver` or :class:`CommitsInTask`.
 
     A sink object is created on the driver, pickled and sent to executors, so it must be
     picklable and must open connections lazily (in :meth:`begin_transaction`, not
     ``__init__``). Methods run in different processes: never rely on state set by another
-    method except through the transaction object (same task) or the committable (any process).
-    """
+    method except through the transaction object (same task) or the committable (any
+    process).
 
-    capabilities: Capabilities = Capabilities()
-    """The sink's declared capabilities; override in subclasses (or per instance, when
-    they depend on options such as a transaction mode)."""
+    Raise :class:`~twopc.PermanentSinkError` for bad input (the batch fails, nothing is
+    retried) and :class:`~twopc.TransientSinkError` where a retry may help; the core fills
+    in the sink id, batch and partition where an error leaves the sink.
+    """
 
     backend_name: ClassVar[str] = "custom"
     """The name the backend is registered under (for messages and metrics)."""
 
-    # -- phase 1 (executor) -------------------------------------------------------------
+    single_task: bool = False
+    """Write each micro-batch in one task (the engine merges the batch into one partition
+    first), e.g. for one transaction per batch. Set per instance where an option decides."""
 
     @abstractmethod
     def begin_transaction(self, ctx: TaskContext) -> TxnT:
@@ -314,110 +375,45 @@ class Sink(ABC, Generic[TxnT]):
     def pre_commit(self, txn: TxnT) -> Committable:
         """Make the transaction's data durable and ready to commit; return its committable.
 
-        After this returns, :meth:`commit` of the committable must be able to succeed, from
-        this process or (with ``global_commit``) from any other.
+        Driver-commit sinks: after this returns, :meth:`CommitsOnDriver.commit` of the
+        committable must succeed from any process. In-task sinks: the task commits the same
+        ``txn`` next, with :meth:`CommitsInTask.commit_in_task`.
         """
 
     @abstractmethod
     def abort(self, txn: TxnT) -> None:
-        """Roll back an open (not yet pre-committed) transaction. Idempotent."""
+        """Roll back a transaction that did not commit. Idempotent."""
 
-    # -- phase 2 (driver, or task with commit_in_task) ------------------------------------
+    # -- optional hooks, with defaults -------------------------------------------------------
 
-    @abstractmethod
-    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        """Make the data of these committables visible; one outcome per committable.
+    def partition_columns(self) -> tuple[str, ...]:
+        """Columns whose equal values must reach the same task (e.g. upsert keys).
 
-        Idempotent: committing a committable again reports ``ALREADY_COMMITTED`` and writes
-        nothing. Raise :class:`~twopc.errors.TransientSinkError` when a retry may help.
+        The engine hash-partitions the batch by them before phase 1; hash partitioning is
+        deterministic, so a replay splits the batch the same way.
         """
-
-    @abstractmethod
-    def abort_prepared(self, committables: Sequence[Committable]) -> None:
-        """Roll back prepared but uncommitted work. Idempotent; unknown work is ignored."""
-
-    # -- recovery (driver) ------------------------------------------------------------------
-
-    @abstractmethod
-    def recover(self, sink_id: str) -> list[Committable]:
-        """Prepared work for ``sink_id`` that is neither committed nor aborted.
-
-        Covers every query id (earlier checkpoints too). The coordinator commits the
-        committables whose batch was decided and aborts the others. Must be read-only:
-        ``twopc status`` calls it too (through :meth:`inspect`).
-        """
-
-    def inspect(self, sink_id: str) -> Inspection:
-        """What recovery would handle for ``sink_id``, read without side effects.
-
-        Used by ``twopc status`` and ``twopc recover --dry-run``. It must not commit, abort,
-        fence or delete anything. The default lists :meth:`recover`'s prepared work (which
-        must itself be read-only); sinks with markers, sweepable leftovers or open
-        transactions override it to show those too.
-        """
-        if not self.capabilities.recover:
-            return Inspection(notes=(f"the {self.backend_name} sink shows no pending work",))
-        return Inspection(
-            pending=tuple(
-                PendingWork.prepared(c, f"batch {c.batch_id} partition {c.partition}")
-                for c in self.recover(sink_id)
-            )
-        )
-
-    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
-        """Remove lingering, never-prepared work of ``sink_id`` (failed or speculative
-        attempts), leaving ``keep`` alone. Returns how many items were removed."""
-        return 0
-
-    def is_committed(self, scope: RecoveryScope, batch_id: int) -> bool:
-        """Whether the target system itself shows ``batch_id`` as committed (its markers).
-
-        Sinks that commit on the driver can rely on the coordinator's commit log and keep
-        the default. Sinks with markers (SQL marker rows, Kafka offsets) answer from them.
-        """
-        return False
+        return ()
 
     def naming(self) -> dict[str, Any]:
         """The options that decide the names of this sink's transactions (JSON-able).
 
         Recorded in the commit log with every batch (see :class:`Footprint`), so that a
         restart with other options can still clean up after an earlier run. The default,
-        ``{}``, suits sinks whose :meth:`recover` and :meth:`sweep` find everything
-        whatever the options were (listings rather than derived names).
+        ``{}``, suits sinks whose recovery finds everything whatever the options were
+        (listings rather than derived names).
         """
         return {}
 
-    def sweep_lingering(self, sink_id: str, footprint: Footprint) -> int:
-        """Abort work that a run with ``footprint`` may have left open, for ``sink_id``.
-
-        Called at recovery, once per coordinator, for the footprint of each query's newest
-        batch, including runs with other naming or more partitions than this one. Sinks
-        whose transactions are found by name, not by listing (Kafka's transactional ids),
-        implement it; it must not touch committed work. Returns how many it aborted, if
-        known (else 0).
-        """
+    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
+        """Remove lingering work of ``sink_id`` that never prepared (failed or speculative
+        attempts), leaving ``keep`` alone. Returns how many items were removed."""
         return 0
 
-    def committed_partitions(
-        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
-    ) -> set[int] | None:
-        """Which partitions of ``batch_id`` the target shows as committed by a run with
-        ``footprint`` (its markers), or ``None`` when the sink cannot tell.
-
-        Only asked about ``commit_in_task`` sinks, when a batch that may be partly committed
-        is replayed with another partition count, other naming or other input: a replay
-        can then not be skipped partition by partition, and the coordinator refuses it if
-        anything was committed.
+    def inspect(self, sink_id: str) -> Inspection:
+        """What recovery would handle for ``sink_id``, read without side effects (``twopc
+        status``, ``twopc recover --dry-run``): it must not commit, abort, fence or delete.
         """
-        return None
-
-    def partition_columns(self) -> tuple[str, ...]:
-        """Columns whose equal values must reach the same task (e.g. upsert keys).
-
-        The Spark adapter hash-partitions the batch by them before phase 1; hash
-        partitioning is deterministic, so a replay splits the batch the same way.
-        """
-        return ()
+        return Inspection(notes=(f"the {self.backend_name} sink shows no pending work",))
 
     def default_commit_log(self, sink_id: str) -> str | None:
         """Where the commit log lives when the user does not say (an fsspec URL), or None.
@@ -433,3 +429,90 @@ class Sink(ABC, Generic[TxnT]):
     def describe(self) -> str:
         """A short, credential-free description for logs and ``repr``."""
         return self.backend_name
+
+
+# -- the commit roles ------------------------------------------------------------------------
+
+
+class CommitsOnDriver(ABC):
+    """Commit role: prepared work is committed on the driver, after the batch's decision.
+
+    ``pre_commit`` leaves work that survives the task's process (staged files, a prepared
+    transaction), and its committable is enough for any process to commit or abort it.
+    Readers see nothing of a batch before the decision, and a crash anywhere is resolved by
+    recovery: commit what the commit log's decision names, abort the rest.
+    """
+
+    @abstractmethod
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        """Make the data of these committables visible; one outcome per committable.
+
+        Idempotent: committing a committable again reports ``ALREADY_COMMITTED`` and writes
+        nothing. Raise :class:`~twopc.TransientSinkError` when a retry may help, and
+        :class:`~twopc.CommitError` when the prepared work is gone.
+        """
+
+    @abstractmethod
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        """Roll back prepared but uncommitted work. Idempotent; unknown work is ignored."""
+
+    @abstractmethod
+    def recover(self, sink_id: str) -> list[Committable]:
+        """Prepared work of ``sink_id`` that is neither committed nor aborted, for every
+        query id (earlier checkpoints too). The coordinator commits what a decision names
+        and aborts the rest. Must be read-only: ``twopc status`` calls it too.
+        """
+
+
+class KeepsMarkers(ABC):
+    """Role: the target records, atomically with each partition's data, the batch that
+    partition committed (a marker row, a Kafka group offset).
+
+    Every :class:`CommitsInTask` sink keeps markers; a :class:`CommitsOnDriver` sink may
+    (the SQL sinks in ``two_phase`` mode do). With markers the coordinator can tell that a
+    restored, older checkpoint is behind the target, and which partitions of a partly
+    committed batch a reshaped replay would write twice.
+    """
+
+    @abstractmethod
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        """Which partitions the target's markers show as committed at ``batch_id`` or a
+        later batch, by a run with ``footprint``; ``None`` when the sink cannot tell."""
+
+
+class CommitsInTask(KeepsMarkers, Generic[TxnT]):
+    """Commit role: the task commits its own transaction right after ``pre_commit``.
+
+    For transactions that cannot leave the process that opened them. The transaction must
+    also write a **marker** that says "partition p of batch b of this query is committed",
+    atomically with the data; :meth:`Sink.begin_transaction` reads it and, when the batch
+    is there already, writes nothing (a replay after a crash between the task's commit and
+    the driver's decision). Partitions of a failed batch that committed stay committed; a
+    rerun skips them by their markers.
+
+    A sink with this role may also implement :class:`CommitsOnDriver`, to finish work that
+    an earlier run prepared in a driver-commit mode (the SQL sinks do, for a restart from
+    ``two_phase`` to ``transaction`` mode); its new batches still commit in the task.
+    """
+
+    @abstractmethod
+    def commit_in_task(self, txn: TxnT) -> CommitOutcome:
+        """Commit the task's transaction (data and marker) after :meth:`Sink.pre_commit`.
+
+        Return ``ALREADY_COMMITTED`` when the task found its marker and wrote nothing.
+        Raise :class:`~twopc.TransientSinkError` when calling it again may help; any other
+        error fails the task, which then aborts ``txn``.
+        """
+
+    def sweep_lingering(self, sink_id: str, footprint: Footprint) -> int:
+        """Abort work that a run with ``footprint`` may have left open, for ``sink_id``.
+
+        Called at recovery once per coordinator, for the footprint of each query's newest
+        batch, including runs with other naming or more partitions than this one. Sinks
+        whose transactions are found by name rather than by listing (Kafka transactional
+        ids) implement it; it must not touch committed work. Returns how many it aborted,
+        if known (else 0).
+        """
+        return 0

@@ -4,6 +4,6 @@ Create sinks by name (``twopc.create_sink("files", path=..., format="parquet")``
 directly with :class:`FilesSink`.
 """
 
-from twopc_files.sink import FORMATS, FilesSink
+from twopc_files.sink import FORMATS, FilesPayload, FilesSink, StagedFile
 
-__all__ = ["FORMATS", "FilesSink"]
+__all__ = ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"]

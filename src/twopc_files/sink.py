@@ -11,29 +11,30 @@ and gone from staging was promoted before, so commit is idempotent.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import pyarrow as pa
 
 from twopc import (
-    Capabilities,
     CommitError,
     CommitOutcome,
+    CommitsOnDriver,
     Committable,
     ConfigurationError,
     Inspection,
+    Payload,
     PendingWork,
     PermanentSinkError,
-    RecoveryScope,
     Sink,
     TaskContext,
     TransientSinkError,
+    UnsupportedFormatError,
+    WorkKind,
 )
 from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
 from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
@@ -47,12 +48,35 @@ from twopc_files._layout import (
     split_by_partition,
 )
 
-__all__ = ["FORMATS", "FilesSink"]
+__all__ = ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"]
 
 _log = logging.getLogger("twopc.files")
 
-_PAYLOAD_VERSION = 1
 _MIN_FILE_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One file a task wrote: where it is staged and the final name commit gives it."""
+
+    staged: str
+    final: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class FilesPayload(Payload):
+    """A task's committable: its staging directory and its files."""
+
+    version: ClassVar[int] = 1
+
+    staging: str
+    files: tuple[StagedFile, ...]
+
+    @classmethod
+    def from_json(cls, data: Any, version: int) -> FilesPayload:
+        return cls(str(data["staging"]), tuple(StagedFile(**f) for f in data["files"]))
 
 
 @dataclass
@@ -79,12 +103,12 @@ class FilesTransaction:
     ctx: TaskContext
     staging: str
     directories: dict[str, _Directory] = field(default_factory=dict)
-    done: list[dict[str, Any]] = field(default_factory=list)
+    done: list[StagedFile] = field(default_factory=list)
     schema: pa.Schema | None = None
     """Schema of the first batch; every later batch of the task must match it."""
 
 
-class FilesSink(Sink[FilesTransaction]):
+class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     """Exactly-once file output on any fsspec filesystem.
 
     Args:
@@ -99,13 +123,6 @@ class FilesSink(Sink[FilesTransaction]):
     """
 
     backend_name = "files"
-    capabilities = Capabilities(
-        global_commit=True,
-        commit_in_task=False,
-        atomic_batch_visibility=False,
-        recover=True,
-        modes=("append",),
-    )
 
     def __init__(
         self,
@@ -193,10 +210,7 @@ class FilesSink(Sink[FilesTransaction]):
         missing = [c for c in self.partition_by if c not in batch.schema.names]
         if missing:
             raise PermanentSinkError(
-                f"partition_by column(s) {missing} not in the data (columns: {batch.schema.names})",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"partition_by column(s) {missing} not in the data (columns: {batch.schema.names})"
             )
         # Checked per task, not per open file: a change after a file rolled, in another
         # Hive directory or in a partition column would otherwise go unnoticed.
@@ -204,10 +218,7 @@ class FilesSink(Sink[FilesTransaction]):
             txn.schema = batch.schema
         elif not txn.schema.equals(batch.schema):
             raise PermanentSinkError(
-                f"schema changed inside one task: {txn.schema} then {batch.schema}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"schema changed inside one task: {txn.schema} then {batch.schema}"
             )
         for directory, piece in split_by_partition(batch, self.partition_by):
             self._write_piece(txn, directory, piece)
@@ -217,10 +228,7 @@ class FilesSink(Sink[FilesTransaction]):
         current = state.current
         if current is not None and not current.writer.schema.equals(piece.schema):
             raise PermanentSinkError(
-                f"schema changed inside one task: {current.writer.schema} then {piece.schema}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"schema changed inside one task: {current.writer.schema} then {piece.schema}"
             )
         try:
             if current is None:
@@ -228,18 +236,10 @@ class FilesSink(Sink[FilesTransaction]):
                 state.seq += 1
             current.writer.write(piece)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
-            raise PermanentSinkError(
-                f"cannot write {self.format}: {exc}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
-            ) from exc
+            raise PermanentSinkError(f"cannot write {self.format}: {exc}") from exc
         except OSError as exc:
             raise TransientSinkError(
-                f"I/O error writing to {txn.staging}/{directory}: {exc}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"I/O error writing to {txn.staging}/{directory}: {exc}"
             ) from exc
         current.rows += piece.num_rows
         if current.writer.bytes_written() >= self.target_file_size:
@@ -270,30 +270,22 @@ class FilesSink(Sink[FilesTransaction]):
             raise
         return _OpenFile(staged, final, handle, writer)
 
-    def _close(self, current: _OpenFile) -> dict[str, Any]:
+    def _close(self, current: _OpenFile) -> StagedFile:
         current.writer.close()
         size = current.writer.bytes_written()
         if hasattr(current.handle, "fileno") and is_local(self.fs):
             current.handle.flush()
             os.fsync(current.handle.fileno())
         current.handle.close()
-        return {
-            "staged": current.staged,
-            "final": current.final,
-            "rows": current.rows,
-            "bytes": size,
-        }
+        return StagedFile(current.staged, current.final, current.rows, size)
 
     def pre_commit(self, txn: FilesTransaction) -> Committable:
         for state in txn.directories.values():
             if state.current is not None:
                 txn.done.append(self._close(state.current))
                 state.current = None
-        ctx = txn.ctx
-        files = sorted(txn.done, key=lambda f: f["final"])
-        committable = Committable.for_task(
-            ctx, {"staging": txn.staging, "files": files}, _PAYLOAD_VERSION
-        )
+        files = tuple(sorted(txn.done, key=lambda f: f.final))
+        committable = Committable.for_task(txn.ctx, FilesPayload(txn.staging, files))
         marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
         self.fs.makedirs(self._abs(txn.staging), exist_ok=True)
         atomic_write(self.fs, marker, committable.dumps().encode())
@@ -323,50 +315,43 @@ class FilesSink(Sink[FilesTransaction]):
         except OSError as exc:
             # Object stores and network filesystems fail transiently; promotion is
             # idempotent, so the coordinator may simply retry it.
-            raise TransientSinkError(
-                f"promoting staged files failed: {exc}",
-                sink_id=committable.sink_id,
-                batch_id=committable.batch_id,
-                partition=committable.partition,
-            ) from exc
+            raise TransientSinkError(f"promoting staged files failed: {exc}") from exc
 
     def _promote(self, committable: Committable) -> CommitOutcome:
-        staging = str(committable.payload["staging"])
+        payload = FilesPayload.of(committable)
         moved = 0
-        for entry in committable.payload["files"]:
-            staged, final = self._abs(entry["staged"]), self._abs(entry["final"])
+        for entry in payload.files:
+            staged, final = self._abs(entry.staged), self._abs(entry.final)
             if self.fs.exists(staged):
                 self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.mv(staged, final)
                 moved += 1
             elif not self.fs.exists(final):
                 raise CommitError(
-                    f"neither the staged file {entry['staged']} nor its final file "
-                    f"{entry['final']} exists; the staging area was modified outside twopc",
-                    sink_id=committable.sink_id,
-                    batch_id=committable.batch_id,
-                    partition=committable.partition,
+                    f"neither the staged file {entry.staged} nor its final file "
+                    f"{entry.final} exists; the staging area was modified outside twopc"
                 )
         if moved and is_local(self.fs):
-            files = committable.payload["files"]
-            for directory in {self._abs(e["final"]).rsplit("/", 1)[0] for e in files}:
+            for directory in {self._abs(e.final).rsplit("/", 1)[0] for e in payload.files}:
                 fsync_directory(directory)
-        had_staging = self.fs.exists(self._abs(staging))
-        self._remove(staging)
+        had_staging = self.fs.exists(self._abs(payload.staging))
+        self._remove(payload.staging)
         if moved or had_staging:
             return CommitOutcome.COMMITTED
         return CommitOutcome.ALREADY_COMMITTED
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for committable in committables:
-            staging = committable.payload.get("staging") or attempt_dir(
+            # derived from the committable's identity: also for a payload this version
+            # cannot read, since abort must always succeed
+            staging = attempt_dir(
                 committable.sink_id,
                 committable.query_id,
                 committable.batch_id,
                 committable.partition,
                 committable.attempt,
             )
-            self._remove(str(staging))
+            self._remove(staging)
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -379,7 +364,7 @@ class FilesSink(Sink[FilesTransaction]):
         """A prepared attempt's committable; ``None`` (logged) when it cannot be read."""
         try:
             return Committable.loads(self.fs.cat_file(path).decode())
-        except (ValueError, KeyError) as exc:
+        except (UnsupportedFormatError, UnicodeDecodeError) as exc:
             _log.warning("ignoring unreadable committable %s: %s", path, exc)
             return None
 
@@ -415,7 +400,7 @@ class FilesSink(Sink[FilesTransaction]):
         query_id, batch, task = relative.split("/")[-3:]
         partition, _, attempt_no = task.partition("-")
         return PendingWork(
-            kind="unprepared",
+            kind=WorkKind.UNPREPARED,
             ident=relative,
             query_id=query_id,
             batch_id=int(batch) if batch.isdigit() else None,
@@ -434,7 +419,9 @@ class FilesSink(Sink[FilesTransaction]):
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Delete attempt directories that never prepared, then empty parents."""
-        kept = {str(c.payload.get("staging")) for c in keep}
+        kept = {
+            attempt_dir(c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt) for c in keep
+        }
         base = self._abs(f"{STAGING_DIR}/{sink_id}")
         if not self.fs.exists(base):
             return 0
@@ -446,9 +433,6 @@ class FilesSink(Sink[FilesTransaction]):
             removed += 1
         self._remove_empty_dirs(base)
         return removed
-
-    def is_committed(self, scope: RecoveryScope, batch_id: int) -> bool:
-        return False  # the commit log next to the data is the record (the manifest)
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -464,9 +448,3 @@ class FilesSink(Sink[FilesTransaction]):
                 if self.fs.isdir(directory) and not self.fs.ls(directory, detail=False):
                     with contextlib.suppress(OSError):
                         self.fs.rmdir(directory)
-
-
-def manifest_files(manifest: bytes) -> list[str]:
-    """Final file names listed in a batch's decision (manifest) file."""
-    body = json.loads(manifest)
-    return [f["final"] for c in body["committables"] for f in c["payload"].get("files", [])]

@@ -5,8 +5,9 @@ in one database transaction, so "this partition of this batch is committed" is d
 the database itself, atomically with the data.
 
 * ``transaction`` mode (default): the task commits its own transaction right after
-  ``pre_commit`` (``commit_in_task``). A replayed or retried task finds its marker and
-  writes nothing. Readers may see some partitions of a batch before others.
+  ``pre_commit`` (the sink is a :class:`~twopc.CommitsInTask`). A replayed or retried task
+  finds its marker and writes nothing. Readers may see some partitions of a batch before
+  others.
 * ``two_phase`` mode: the task prepares (``PREPARE TRANSACTION`` / ``XA PREPARE``) and
   reports the transaction id; the driver commits every branch after all partitions
   prepared. Recovery commits decided branches and rolls back the others. A decided branch
@@ -14,7 +15,11 @@ the database itself, atomically with the data.
   commit with a :class:`~twopc.CommitError` naming the batch and the transaction.
 
 In both modes a task whose marker row exists writes nothing (a replay, or a batch rerun
-after its decision was lost).
+after its decision was lost). Both modes can commit prepared branches on the driver
+(:class:`~twopc.CommitsOnDriver`), so a restart in ``transaction`` mode still finishes a
+batch that a ``two_phase`` run decided. ``PostgresSink(...)`` and ``MySQLSink(...)``
+return the class of the chosen mode: a subclass that also commits in the task for
+``transaction``, the class itself for ``two_phase``.
 
 Upserts and deletes go through a staging table so that duplicate keys inside a partition
 are resolved in SQL (last wins: by ``order_column``, then by input order).
@@ -28,19 +33,22 @@ import logging
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from twopc import (
-    Capabilities,
     CommitError,
     CommitOutcome,
+    CommitsInTask,
+    CommitsOnDriver,
     Committable,
     ConfigurationError,
     Footprint,
     Inspection,
+    KeepsMarkers,
+    Payload,
     PendingWork,
     PermanentSinkError,
     RecoveryScope,
@@ -49,18 +57,43 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
+    WorkKind,
 )
 from twopc_jdbc._options import ConnectionSettings, SqlOptions, TableName
 
-__all__ = ["MarkerKey", "SqlSink", "SqlTransaction", "TransactionId"]
+__all__ = [
+    "CommitsSqlTransactionInTask",
+    "MarkerKey",
+    "SqlPayload",
+    "SqlSink",
+    "SqlTransaction",
+    "TransactionId",
+]
 
 _log = logging.getLogger("twopc.jdbc")
-
-_PAYLOAD_VERSION = 1
 _KEYS = "keys"
 """``SqlTransaction.extra`` entry: the key columns of an upsert task's batches."""
 SEQ_COLUMN = "twopc_seq"
 """Input order of a staged row, for last-wins de-duplication."""
+
+
+@dataclass(frozen=True)
+class SqlPayload(Payload):
+    """A task's committable: its rows, and its prepared branch (``two_phase``), or that
+    it found its marker and wrote nothing (``skipped``)."""
+
+    version: ClassVar[int] = 1
+
+    rows: int
+    skipped: bool = False
+    gtrid: str | None = None
+    bqual: str | None = None
+
+    @property
+    def xid(self) -> TransactionId | None:
+        if self.gtrid is None or self.bqual is None:
+            return None
+        return TransactionId(self.gtrid, self.bqual)
 
 
 @dataclass(frozen=True)
@@ -91,6 +124,13 @@ class TransactionId:
         )
 
     @classmethod
+    def for_committable(cls, c: Committable) -> TransactionId:
+        """The id the task of ``c`` prepared under (``two_phase``)."""
+        return cls(
+            f"{cls.gtrid_prefix(c.sink_id)}{c.query_id}", f"{c.batch_id}-{c.partition}-{c.attempt}"
+        )
+
+    @classmethod
     def gtrid_prefix(cls, sink_id: str) -> str:
         return f"{cls.PREFIX}{hashlib.sha256(sink_id.encode()).hexdigest()[:12]}-"
 
@@ -112,14 +152,15 @@ class TransactionId:
             batch, partition, attempt = (int(x) for x in self.bqual.split("-"))
         except ValueError:
             return None
+        payload = SqlPayload(rows=0, gtrid=self.gtrid, bqual=self.bqual)
         return Committable(
             sink_id=sink_id,
             query_id=self.gtrid[len(prefix) :],
             batch_id=batch,
             partition=partition,
             attempt=attempt,
-            payload={"gtrid": self.gtrid, "bqual": self.bqual},
-            version=_PAYLOAD_VERSION,
+            payload=payload.to_json(),
+            version=payload.version,
         )
 
 
@@ -142,12 +183,29 @@ class SqlTransaction:
         return MarkerKey(self.ctx.sink_id, self.ctx.query_id, self.ctx.batch_id, self.ctx.partition)
 
 
-class SqlSink(Sink[SqlTransaction]):
-    """Base class of the SQL sinks; a backend implements the database-specific hooks."""
+class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
+    """Base class of the SQL sinks; a backend implements the database-specific hooks.
+
+    As constructed with ``transaction_mode="two_phase"`` the sink commits prepared branches
+    on the driver; with ``transaction_mode="transaction"`` the constructor returns the
+    backend's :attr:`in_task_class`, which commits in the task.
+    """
 
     url_schemes: ClassVar[tuple[str, ...]] = ()
     reserved_options: ClassVar[tuple[str, ...]] = ()
     """Connection options the sink sets itself; users may not override them."""
+    in_task_class: ClassVar[type[SqlSink] | None] = None
+    """The backend's subclass for ``transaction`` mode (it adds :class:`CommitsInTask`)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # The constructor picks the class of the mode. Unpickling calls __new__ without
+        # arguments and must keep the pickled class.
+        mode = kwargs.get("transaction_mode", "transaction")
+        variant = cls.in_task_class
+        constructing = bool(args or kwargs) and mode == "transaction"
+        if constructing and variant is not None and _switches(cls, variant):
+            return super().__new__(variant)  # type: ignore[return-value]  # a subclass of cls
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -188,31 +246,29 @@ class SqlSink(Sink[SqlTransaction]):
                 f"connect_options {clash} are managed by the {self.backend_name} sink itself"
                 + _timeout_hint(clash)
             )
-        two_phase = transaction_mode == "two_phase"
-        self.capabilities = Capabilities(
-            global_commit=two_phase,
-            commit_in_task=not two_phase,
-            atomic_batch_visibility=False,
-            recover=two_phase,
-            modes=("append", "upsert"),
-        )
-        # Open transactions of this process, for the in-task commit of `transaction` mode.
-        self._open: dict[tuple[str, int, int, int], SqlTransaction] = {}
+        if isinstance(self, CommitsInTask) == (transaction_mode == "two_phase"):
+            raise ConfigurationError(
+                f"{type(self).__name__} cannot run in transaction_mode={transaction_mode!r}; "
+                f"construct the backend's sink class ({self.public_name()}) instead"
+            )
+
+    @classmethod
+    def public_name(cls) -> str:
+        """The backend's class name as users construct it (not the mode's subclass)."""
+        for klass in cls.__mro__:
+            if not klass.__name__.startswith("_"):
+                return klass.__name__
+        return cls.__name__
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}({self.settings.describe()!r}, "
+            f"{self.public_name()}({self.settings.describe()!r}, "
             f"table={str(self.options.table)!r}, mode={self.options.mode!r}, "
             f"transaction_mode={self.options.transaction_mode!r})"
         )
 
     def describe(self) -> str:
         return f"{self.backend_name} {self.settings.describe()} table {self.options.table}"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_open"] = {}
-        return state
 
     def partition_columns(self) -> tuple[str, ...]:
         # All rows of a key in one task, so that "last wins" is decided in one place.
@@ -331,25 +387,12 @@ class SqlSink(Sink[SqlTransaction]):
 
     # -- phase 1 --------------------------------------------------------------------------
 
-    def _error(self, exc: Exception, ctx: TaskContext, what: str) -> SinkError:
+    def _error(self, exc: Exception, what: str) -> SinkError:
         kind = self.classify(exc)
-        return kind(
-            f"{what}: {type(exc).__name__}: {str(exc).strip()}",
-            sink_id=ctx.sink_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-        )
+        return kind(f"{what}: {type(exc).__name__}: {str(exc).strip()}")
 
     def begin_transaction(self, ctx: TaskContext) -> SqlTransaction:
-        try:
-            conn = self.connect(autocommit=True)
-        except SinkError as exc:
-            raise type(exc)(
-                exc.cause_message,
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
-            ) from exc
+        conn = self.connect(autocommit=True)
         xid = TransactionId.for_task(ctx) if self.two_phase else None
         try:
             self.ensure_marker_table(conn)
@@ -365,17 +408,8 @@ class SqlSink(Sink[SqlTransaction]):
         except Exception as exc:
             _close_quietly(conn)
             if isinstance(exc, SinkError):
-                if exc.sink_id is not None:
-                    raise
-                # a hook's own error (server cannot prepare, recovery query failed): name
-                # the task it failed for
-                raise type(exc)(
-                    exc.cause_message,
-                    sink_id=ctx.sink_id,
-                    batch_id=ctx.batch_id,
-                    partition=ctx.partition,
-                ) from exc
-            raise self._error(exc, ctx, f"cannot start a transaction on {self.describe()}") from exc
+                raise  # a hook's own error (server cannot prepare, recovery query failed)
+            raise self._error(exc, f"cannot start a transaction on {self.describe()}") from exc
         if skip:
             _log.info(
                 "sink %r batch %d partition %d already committed (marker found); skipping",
@@ -403,7 +437,6 @@ class SqlSink(Sink[SqlTransaction]):
     def invoke(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
         if txn.skip:
             return
-        ctx = txn.ctx
         if not txn.checked:
             self._check_first_batch(txn, batch.schema)
         self._check_keys(txn, batch)
@@ -422,11 +455,10 @@ class SqlSink(Sink[SqlTransaction]):
         except SinkError:
             raise
         except Exception as exc:
-            raise self._error(exc, ctx, f"writing to {self.options.table} failed") from exc
+            raise self._error(exc, f"writing to {self.options.table} failed") from exc
         txn.rows += batch.num_rows
 
     def _check_first_batch(self, txn: SqlTransaction, schema: pa.Schema) -> None:
-        ctx = txn.ctx
         names = [n for n in schema.names if n != self.options.delete_column]
         for column in (
             *self.options.key_columns,
@@ -435,10 +467,7 @@ class SqlSink(Sink[SqlTransaction]):
         ):
             if column is not None and column not in schema.names:
                 raise PermanentSinkError(
-                    f"column {column!r} is not in the data (columns: {schema.names})",
-                    sink_id=ctx.sink_id,
-                    batch_id=ctx.batch_id,
-                    partition=ctx.partition,
+                    f"column {column!r} is not in the data (columns: {schema.names})"
                 )
         try:
             existing = self.table_columns(txn.conn, self.options.table)
@@ -452,23 +481,17 @@ class SqlSink(Sink[SqlTransaction]):
         except SinkError:
             raise
         except Exception as exc:
-            raise self._error(exc, ctx, f"cannot inspect table {self.options.table}") from exc
+            raise self._error(exc, f"cannot inspect table {self.options.table}") from exc
         if existing is None:
             raise PermanentSinkError(
                 f"table {self.options.table} does not exist (set create_table=True to create "
-                "it from the data's schema)",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
+                "it from the data's schema)"
             )
         missing = [n for n in names if n not in existing]
         if missing:
             raise PermanentSinkError(
                 f"column(s) {missing} of the data are not in table {self.options.table} "
-                f"(table columns: {existing})",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
+                f"(table columns: {existing})"
             )
         txn.columns = tuple(names)
         txn.checked = True
@@ -480,41 +503,48 @@ class SqlSink(Sink[SqlTransaction]):
                 row = pc.index(pc.is_null(batch.column(column)), True).as_py()
                 raise PermanentSinkError(
                     f"key column {column!r} is null in {nulls} row(s) (first at row "
-                    f"{txn.rows + row} of the partition); upserts need a key",
-                    sink_id=txn.ctx.sink_id,
-                    batch_id=txn.ctx.batch_id,
-                    partition=txn.ctx.partition,
+                    f"{txn.rows + row} of the partition); upserts need a key"
                 )
 
     def pre_commit(self, txn: SqlTransaction) -> Committable:
-        ctx = txn.ctx
-        payload: dict[str, Any] = {"rows": txn.rows, "skipped": txn.skip}
         if not txn.skip:
             try:
                 self.flush(txn)
                 if txn.staging is not None:
                     self.merge_staging(txn)
                 try:
-                    self.insert_marker(txn.conn, txn.marker, ctx.attempt)
+                    self.insert_marker(txn.conn, txn.marker, txn.ctx.attempt)
                 except Exception:
                     if not self._committed_by_another_attempt(txn):
                         raise
                     txn.skip = True
-                    payload.update(rows=0, skipped=True)
                 if self.two_phase and not txn.skip:
                     self.prepare(txn)
             except SinkError:
                 raise
             except Exception as exc:
-                raise self._error(exc, ctx, "pre-commit failed") from exc
+                raise self._error(exc, "pre-commit failed") from exc
         if txn.skip:
             self.abort(txn)  # nothing was written; end the empty transaction
-        elif txn.xid is not None:
-            payload.update(gtrid=txn.xid.gtrid, bqual=txn.xid.bqual)
+            return Committable.for_task(txn.ctx, SqlPayload(rows=0, skipped=True))
+        if txn.xid is not None:
             _close_quietly(txn.conn)  # MariaDB lets others commit a branch only once detached
-        else:
-            self._open[_key(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
-        return Committable.for_task(ctx, payload, _PAYLOAD_VERSION)
+            payload = SqlPayload(txn.rows, gtrid=txn.xid.gtrid, bqual=txn.xid.bqual)
+            return Committable.for_task(txn.ctx, payload)
+        return Committable.for_task(txn.ctx, SqlPayload(txn.rows))
+
+    def commit_task(self, txn: SqlTransaction) -> CommitOutcome:
+        """``transaction`` mode: commit the task's transaction (rows and marker row)."""
+        if txn.skip:
+            return CommitOutcome.ALREADY_COMMITTED
+        try:
+            txn.conn.commit()
+        except Exception as exc:
+            raise self._commit_error(exc) from exc
+        finally:
+            _close_quietly(txn.conn)
+        self._discard(txn.ctx)
+        return CommitOutcome.COMMITTED
 
     def _committed_by_another_attempt(self, txn: SqlTransaction) -> bool:
         """Whether the marker insert failed because another attempt of the same task (a
@@ -573,90 +603,63 @@ class SqlSink(Sink[SqlTransaction]):
         return outcomes
 
     def _commit_one(self, c: Committable) -> CommitOutcome:
-        if c.payload.get("skipped"):
-            return CommitOutcome.ALREADY_COMMITTED
-        if "gtrid" in c.payload:
-            xid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
-            try:
-                if self.commit_prepared(xid):
-                    return CommitOutcome.COMMITTED
-            except SinkError as exc:
-                if exc.sink_id is not None:
-                    raise
-                # a hook's own error (cannot connect, timed out): name the partition
-                raise type(exc)(
-                    f"commit failed: {exc.cause_message}",
-                    sink_id=c.sink_id,
-                    batch_id=c.batch_id,
-                    partition=c.partition,
-                ) from exc
-            except Exception as exc:
-                raise self._commit_error(exc, c) from exc
-            return self._already_or_lost(c)
-        txn = self._open.pop(_key(c.query_id, c.batch_id, c.partition, c.attempt), None)
-        if txn is None:
-            return self._already_or_lost(c)
+        payload = SqlPayload.of(c)
+        xid = payload.xid
+        if payload.skipped:
+            return CommitOutcome.ALREADY_COMMITTED  # the task found its marker
+        if xid is None:
+            # a transaction-mode task's work, decided for the driver by a log that did not
+            # record the path: its task committed it, or nothing did
+            return self._committed_in_its_task(c)
         try:
-            txn.conn.commit()
+            if self.commit_prepared(xid):
+                return CommitOutcome.COMMITTED
+        except SinkError as exc:
+            raise type(exc)(f"commit failed: {exc.cause_message}") from exc
         except Exception as exc:
-            raise self._commit_error(exc, c) from exc
-        finally:
-            _close_quietly(txn.conn)
-        return CommitOutcome.COMMITTED
+            raise self._commit_error(exc) from exc
+        return self._already_or_lost(c, xid)
 
-    def _commit_error(self, exc: Exception, c: Committable) -> SinkError:
+    def _commit_error(self, exc: Exception) -> SinkError:
         kind = self.classify(exc)
         if kind is not TransientSinkError:
             kind = CommitError
-        return kind(
-            f"commit failed: {type(exc).__name__}: {str(exc).strip()}",
-            sink_id=c.sink_id,
-            batch_id=c.batch_id,
-            partition=c.partition,
+        return kind(f"commit failed: {type(exc).__name__}: {str(exc).strip()}")
+
+    def _committed_in_its_task(self, c: Committable) -> CommitOutcome:
+        if self._has_marker(c):
+            return CommitOutcome.ALREADY_COMMITTED
+        raise CommitError(
+            "the task's transaction was rolled back before it committed (no marker row); "
+            "the partition is written again when the task or the batch is rerun"
         )
 
-    def _already_or_lost(self, c: Committable) -> CommitOutcome:
-        """The transaction is gone: committed before (its marker shows it) or lost."""
+    def _has_marker(self, c: Committable) -> bool:
         conn = self.connect(autocommit=True)
         try:
-            found = self.marker_exists(
+            return self.marker_exists(
                 conn, MarkerKey(c.sink_id, c.query_id, c.batch_id, c.partition)
             )
         finally:
             _close_quietly(conn)
-        if found:
+
+    def _already_or_lost(self, c: Committable, xid: TransactionId) -> CommitOutcome:
+        """The prepared branch is gone: committed before (its marker shows it) or lost."""
+        if self._has_marker(c):
             return CommitOutcome.ALREADY_COMMITTED
-        if "gtrid" not in c.payload:
-            # The task's own transaction ended without committing (its connection dropped
-            # or its commit failed): nothing is visible, and a rerun of the task writes it.
-            raise SinkError(
-                "the task's transaction was rolled back before it committed (no marker row); "
-                "the partition is written again when the task or the batch is rerun",
-                sink_id=c.sink_id,
-                batch_id=c.batch_id,
-                partition=c.partition,
-            )
-        xid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
         raise CommitError(
             f"the decision says commit, but prepared transaction {self.transaction_name(xid)} "
             "is neither prepared nor committed (no marker row): it was rolled back outside "
             "twopc (ROLLBACK PREPARED / XA ROLLBACK, or a restore of the database), so this "
             "partition's rows of the batch are not in the table. Nothing will commit them; "
-            "see 'A prepared transaction that is gone' in docs/operations.md",
-            sink_id=c.sink_id,
-            batch_id=c.batch_id,
-            partition=c.partition,
+            "see 'A prepared transaction that is gone' in docs/operations.md"
         )
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for c in committables:
-            txn = self._open.pop(_key(c.query_id, c.batch_id, c.partition, c.attempt), None)
-            if txn is not None:
-                self.abort(txn)
-            if "gtrid" in c.payload:
-                self.rollback_prepared(
-                    TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"]))
-                )
+            # the branch's id derives from the committable's identity, so even a payload
+            # this version cannot read is aborted
+            self.rollback_prepared(TransactionId.for_committable(c))
             self._discard(c)
 
     # -- recovery -------------------------------------------------------------------------
@@ -674,7 +677,7 @@ class SqlSink(Sink[SqlTransaction]):
         ages = self.prepared_ages(sink_id) if prepared else {}
         pending: list[PendingWork] = []
         for c in prepared:
-            gid = TransactionId(str(c.payload["gtrid"]), str(c.payload["bqual"])).gid
+            gid = TransactionId.for_committable(c).gid
             pending.append(PendingWork.prepared(c, gid, ages.get(gid)))
         if self.options.needs_staging:
             kept = {self.staging_table(c) for c in prepared}
@@ -682,7 +685,7 @@ class SqlSink(Sink[SqlTransaction]):
                 if table not in kept:
                     pending.append(
                         PendingWork(
-                            kind="staging_table",
+                            kind=WorkKind.UNPREPARED,
                             ident=str(table),
                             detail="staging table of an attempt that did not finish",
                         )
@@ -716,11 +719,8 @@ class SqlSink(Sink[SqlTransaction]):
         try:
             xids = self.prepared_ids(sink_id)
         except SinkError as exc:
-            if exc.sink_id is not None:
-                raise
             raise type(exc)(
-                f"recovery cannot list prepared transactions: {exc.cause_message}",
-                sink_id=sink_id,
+                f"recovery cannot list prepared transactions: {exc.cause_message}"
             ) from exc
         found = []
         for xid in xids:
@@ -730,14 +730,24 @@ class SqlSink(Sink[SqlTransaction]):
         return found
 
 
+class CommitsSqlTransactionInTask(CommitsInTask[SqlTransaction]):
+    """The ``transaction`` mode of a SQL sink: each task commits its own transaction, rows
+    and marker row together. Mixed into each backend's ``in_task_class``."""
+
+    def commit_in_task(self, txn: SqlTransaction) -> CommitOutcome:
+        assert isinstance(self, SqlSink)
+        return self.commit_task(txn)
+
+
+def _switches(cls: type[SqlSink], variant: type[SqlSink]) -> bool:
+    """Whether constructing ``cls`` in ``transaction`` mode gives its in-task subclass."""
+    return not issubclass(cls, CommitsInTask) and issubclass(variant, cls)
+
+
 def _timeout_hint(clash: Sequence[str]) -> str:
     if any("timeout" in name for name in clash):
         return " (set connect_timeout_seconds= / read_timeout_seconds= instead)"
     return ""
-
-
-def _key(query_id: str, batch_id: int, partition: int, attempt: int) -> tuple[str, int, int, int]:
-    return (query_id, batch_id, partition, attempt)
 
 
 def _close_quietly(conn: Any) -> None:

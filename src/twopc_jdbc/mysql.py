@@ -35,6 +35,7 @@ from twopc import (
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
+    CommitsSqlTransactionInTask,
     MarkerKey,
     SqlSink,
     SqlTransaction,
@@ -443,12 +444,7 @@ class MySQLSink(SqlSink):
         try:
             data = _csv_ready(batch)
         except (TypeError, pa.ArrowInvalid) as exc:
-            raise PermanentSinkError(
-                str(exc),
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
-            ) from exc
+            raise PermanentSinkError(str(exc)) from exc
         buffer: _CsvBuffer | None = txn.extra.get(_BUFFER)
         if buffer is not None and (buffer.table != table or buffer.schema != data.schema):
             self._load_buffer(txn)
@@ -486,10 +482,7 @@ class MySQLSink(SqlSink):
         if warnings:
             details = "; ".join(f"{w[0]} {w[1]}: {w[2]}" for w in warnings)
             raise PermanentSinkError(
-                f"the database rejected values while loading into {buffer.table}: {details}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"the database rejected values while loading into {buffer.table}: {details}"
             )
 
     def merge_staging(self, txn: SqlTransaction) -> None:
@@ -570,3 +563,11 @@ def _message(exc: BaseException) -> str:
     if len(args) >= 2:
         return f"({args[0]}) {args[1]}"
     return str(exc)
+
+
+class _MySQLTransactionSink(MySQLSink, CommitsSqlTransactionInTask):
+    """:class:`MySQLSink` in ``transaction_mode="transaction"``: each task commits itself.
+    ``MySQLSink(...)`` returns it for that mode."""
+
+
+MySQLSink.in_task_class = _MySQLTransactionSink

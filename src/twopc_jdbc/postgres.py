@@ -28,6 +28,7 @@ from twopc import (
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
+    CommitsSqlTransactionInTask,
     MarkerKey,
     SqlSink,
     SqlTransaction,
@@ -393,12 +394,7 @@ class PostgresSink(SqlSink):
         )
         problem = _out_of_range(batch, types)
         if problem is not None:
-            raise PermanentSinkError(
-                f"a value does not fit its column in {table}: {problem}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
-            )
+            raise PermanentSinkError(f"a value does not fit its column in {table}: {problem}")
         encoder = self._encoder(txn, table, batch.schema, types)
         try:
             with conn.cursor() as cursor, cursor.copy(statement) as copy:
@@ -413,10 +409,7 @@ class PostgresSink(SqlSink):
             mapping = ", ".join(f"{f.name} {f.type} -> {types[f.name]}" for f in batch.schema)
             raise PermanentSinkError(
                 f"a value does not fit its column in {table}: {type(exc).__name__}: {exc} "
-                f"(data -> table types: {mapping})",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
+                f"(data -> table types: {mapping})"
             ) from exc
 
     @staticmethod
@@ -490,3 +483,11 @@ def _write_rows(copy: Any, batch: pa.RecordBatch, pg_types: list[str]) -> None:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class _PostgresTransactionSink(PostgresSink, CommitsSqlTransactionInTask):
+    """:class:`PostgresSink` in ``transaction_mode="transaction"``: each task commits itself.
+    ``PostgresSink(...)`` returns it for that mode."""
+
+
+PostgresSink.in_task_class = _PostgresTransactionSink

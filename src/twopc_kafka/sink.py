@@ -1,8 +1,8 @@
 """The ``kafka`` backend: Kafka transactions with confluent-kafka (librdkafka).
 
 A Kafka transaction cannot leave the producer that opened it (librdkafka cannot resume
-another process's transaction), so each task commits its own transaction
-(``commit_in_task``). Exactly-once comes from three things:
+another process's transaction), so each task commits its own transaction: the sink is a
+:class:`~twopc.CommitsInTask`. Exactly-once comes from three things:
 
 * a stable ``transactional.id`` per Spark partition (``<prefix>-<sink_id>-<partition>``):
   ``init_transactions`` of a new attempt fences every older attempt (zombie) and aborts
@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from confluent_kafka import (
@@ -44,12 +44,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # isort: skip
 
 from twopc import (
-    Capabilities,
     CommitOutcome,
+    CommitsInTask,
     Committable,
     ConfigurationError,
     Footprint,
     Inspection,
+    Payload,
     PendingWork,
     PermanentSinkError,
     RecoveryScope,
@@ -58,6 +59,7 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
+    WorkKind,
 )
 from twopc_kafka._coordinator_wait import retry_while_coordinator_busy
 from twopc_kafka._marker_log import ensure_marker_log, marker_record, read_marker_log, restore
@@ -69,12 +71,11 @@ from twopc_kafka._registry import (
     redact_url,
 )
 
-__all__ = ["MODES", "KafkaSink"]
+__all__ = ["MODES", "KafkaPayload", "KafkaSink"]
 
 _log = logging.getLogger("twopc.kafka")
 
 MODES = ("per_partition", "atomic")
-_PAYLOAD_VERSION = 1
 _SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer")
 _ENFORCED = {"enable.idempotence": True, "acks": "all"}
 _PERMANENT_CODES = {
@@ -136,6 +137,18 @@ def _classify(exc: BaseException, client_error: KafkaError | None) -> tuple[type
     return TransientSinkError, cause
 
 
+@dataclass(frozen=True)
+class KafkaPayload(Payload):
+    """A task's committable: its transactional id and rows, or that it found its marker
+    and wrote nothing (``skipped``)."""
+
+    version: ClassVar[int] = 1
+
+    transactional_id: str
+    rows: int
+    skipped: bool = False
+
+
 @dataclass
 class KafkaTransaction:
     """One task's producer and open transaction."""
@@ -156,7 +169,7 @@ class KafkaTransaction:
             self.permanent = self.permanent or err.code() in _PERMANENT_CODES
 
 
-class KafkaSink(Sink[KafkaTransaction]):
+class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction]):
     """Exactly-once writes to Kafka topics.
 
     Args:
@@ -281,20 +294,11 @@ class KafkaSink(Sink[KafkaTransaction]):
         self.producer_config = config
         self.timeout = float(operation_timeout_seconds)
         self.lingering_probe = int(lingering_probe)
-        self.capabilities = Capabilities(
-            global_commit=False,
-            commit_in_task=True,
-            atomic_batch_visibility=mode == "atomic",
-            single_transaction=mode == "atomic",
-            recover=False,
-            modes=("append",),
-        )
+        self.single_task = mode == "atomic"  # one transaction per micro-batch
         self._known_topics: set[str] = set()
         self._swept_prefix = False
         # transactional ids this process has fenced (aborting their open transaction)
         self._probed: set[str] = set()
-        # Prepared transactions of this process, for the in-task commit.
-        self._open: dict[tuple[str, int, int, int], KafkaTransaction] = {}
 
     @staticmethod
     def _registry_options(
@@ -357,7 +361,6 @@ class KafkaSink(Sink[KafkaTransaction]):
         state = dict(self.__dict__)
         state["_known_topics"] = set()
         state["_serializer"] = None
-        state["_open"] = {}
         state["_probed"] = set()
         return state
 
@@ -399,19 +402,10 @@ class KafkaSink(Sink[KafkaTransaction]):
         return {k: v for k, v in self._base_config().items() if not k.startswith(producer_only)}
 
     def _error(
-        self,
-        exc: BaseException,
-        ctx: TaskContext,
-        what: str,
-        client_error: KafkaError | None = None,
+        self, exc: BaseException, what: str, client_error: KafkaError | None = None
     ) -> SinkError:
         kind, cause = _classify(exc, client_error)
-        return kind(
-            f"{what}: {cause}",
-            sink_id=ctx.sink_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
-        )
+        return kind(f"{what}: {cause}")
 
     # -- phase 1 -----------------------------------------------------------------------------
 
@@ -426,10 +420,7 @@ class KafkaSink(Sink[KafkaTransaction]):
             with contextlib.suppress(KafkaException):  # raises again on fatal errors
                 producer.poll(0)  # serves error_cb: why the broker could not be reached
             raise self._error(
-                exc,
-                ctx,
-                f"cannot start transactions on {self.bootstrap_servers}",
-                client_errors.last,
+                exc, f"cannot start transactions on {self.bootstrap_servers}", client_errors.last
             ) from exc
         txn = KafkaTransaction(ctx, producer, transactional_id)
         # Read the marker only now, after fencing: no zombie can commit behind our back.
@@ -444,15 +435,15 @@ class KafkaSink(Sink[KafkaTransaction]):
             )
             txn.skip = True
             return txn
-        self._check_topic(ctx, self.marker_topic)
+        self._check_topic(self.marker_topic)
         if self.marker_log_topic is not None:
-            self._check_topic(ctx, self.marker_log_topic)
+            self._check_topic(self.marker_log_topic)
         if self.topic:
-            self._check_topic(ctx, self.topic)
+            self._check_topic(self.topic)
         try:
             producer.begin_transaction()
         except KafkaException as exc:
-            raise self._error(exc, ctx, "begin_transaction failed") from exc
+            raise self._error(exc, "begin_transaction failed") from exc
         return txn
 
     def _committed_batch(self, ctx: TaskContext) -> int | None:
@@ -467,7 +458,7 @@ class KafkaSink(Sink[KafkaTransaction]):
                 lambda: self._read_marker(ctx), self.timeout, f"sink {ctx.sink_id!r} marker"
             )
         except KafkaException as exc:
-            raise self._error(exc, ctx, "reading the commit marker failed") from exc
+            raise self._error(exc, "reading the commit marker failed") from exc
         if position.offset < 1:
             return None
         return int(position.offset) - 1
@@ -489,7 +480,7 @@ class KafkaSink(Sink[KafkaTransaction]):
             raise KafkaException(position.error)
         return position
 
-    def _check_topic(self, ctx: TaskContext, topic: str) -> None:
+    def _check_topic(self, topic: str) -> None:
         """Fail clearly on a missing topic instead of letting the broker auto-create it."""
         if topic in self._known_topics:
             return
@@ -497,28 +488,19 @@ class KafkaSink(Sink[KafkaTransaction]):
         try:
             metadata = admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
-            raise self._error(
-                exc, ctx, f"cannot read metadata from {self.bootstrap_servers}"
-            ) from exc
+            raise self._error(exc, f"cannot read metadata from {self.bootstrap_servers}") from exc
         self._known_topics = set(metadata.topics)
         if topic not in self._known_topics:
             raise PermanentSinkError(
-                f"topic {topic!r} does not exist on {self.bootstrap_servers}; create it first",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
+                f"topic {topic!r} does not exist on {self.bootstrap_servers}; create it first"
             )
 
     def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if txn.skip:
             return
-        ctx = txn.ctx
         if self.key_column and self.key_column not in batch.schema.names:
             raise PermanentSinkError(
-                f"key_column {self.key_column!r} is not in the data ({batch.schema.names})",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
+                f"key_column {self.key_column!r} is not in the data ({batch.schema.names})"
             )
         serializer = self._row_serializer()
         label = "value_serializer" if self.registry is None else self.registry.label
@@ -533,14 +515,10 @@ class KafkaSink(Sink[KafkaTransaction]):
                 serializer_label=label,
             )
         except ValueError as exc:
-            raise PermanentSinkError(
-                str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
-            ) from exc
+            raise PermanentSinkError(str(exc)) from exc
         except SerializerServiceError as exc:
             kind = TransientSinkError if exc.retryable else PermanentSinkError
-            raise kind(
-                str(exc), sink_id=ctx.sink_id, batch_id=ctx.batch_id, partition=ctx.partition
-            ) from exc
+            raise kind(str(exc)) from exc
         self._check_topics(txn, columns)
         self._produce_all(txn, columns)
         txn.producer.poll(0)
@@ -566,15 +544,11 @@ class KafkaSink(Sink[KafkaTransaction]):
         if None in named and self.topic is None:
             self._no_topic(txn, columns.topics.index(None))
         for topic in sorted(t for t in named if t is not None and t != self.topic):
-            self._check_topic(txn.ctx, topic)
+            self._check_topic(topic)
 
     def _no_topic(self, txn: KafkaTransaction, index: int) -> None:
-        ctx = txn.ctx
         raise PermanentSinkError(
-            f"row {txn.rows + index} has no topic (no topic column value and no default topic)",
-            sink_id=ctx.sink_id,
-            batch_id=ctx.batch_id,
-            partition=ctx.partition,
+            f"row {txn.rows + index} has no topic (no topic column value and no default topic)"
         )
 
     def _produce_all(self, txn: KafkaTransaction, columns: RecordColumns) -> None:
@@ -608,18 +582,12 @@ class KafkaSink(Sink[KafkaTransaction]):
                 txn.producer.flush(0.02)
                 start = current
             except KafkaException as exc:
-                raise self._error(
-                    exc, txn.ctx, f"producing row {txn.rows + current} failed"
-                ) from exc
+                raise self._error(exc, f"producing row {txn.rows + current} failed") from exc
         txn.rows += len(values)
 
     def pre_commit(self, txn: KafkaTransaction) -> Committable:
         ctx = txn.ctx
-        payload: dict[str, Any] = {
-            "transactional_id": txn.transactional_id,
-            "rows": txn.rows,
-            "skipped": txn.skip,
-        }
+        payload = KafkaPayload(txn.transactional_id, txn.rows, skipped=txn.skip)
         if not txn.skip:
             group_name = self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition)
             if self.marker_log_topic is not None:
@@ -629,24 +597,16 @@ class KafkaSink(Sink[KafkaTransaction]):
                         self.marker_log_topic, value, key, 0, on_delivery=txn.delivered
                     )
                 except KafkaException as exc:
-                    raise self._error(exc, ctx, "producing the marker log record failed") from exc
+                    raise self._error(exc, "producing the marker log record failed") from exc
             remaining = txn.producer.flush(self.timeout)
             if txn.errors:
                 # A fenced zombie or a broker restart fails deliveries too; only rejections
                 # of the records themselves are permanent.
                 kind = PermanentSinkError if txn.permanent else TransientSinkError
-                raise kind(
-                    f"the broker rejected records: {'; '.join(txn.errors)}",
-                    sink_id=ctx.sink_id,
-                    batch_id=ctx.batch_id,
-                    partition=ctx.partition,
-                )
+                raise kind(f"the broker rejected records: {'; '.join(txn.errors)}")
             if remaining:
                 raise TransientSinkError(
-                    f"{remaining} record(s) not delivered within {self.timeout}s",
-                    sink_id=ctx.sink_id,
-                    batch_id=ctx.batch_id,
-                    partition=ctx.partition,
+                    f"{remaining} record(s) not delivered within {self.timeout}s"
                 )
             marker = TopicPartition(
                 self.marker_topic,
@@ -662,9 +622,8 @@ class KafkaSink(Sink[KafkaTransaction]):
             try:
                 txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
             except KafkaException as exc:
-                raise self._error(exc, ctx, "sending the commit marker failed") from exc
-        self._open[(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)] = txn
-        return Committable.for_task(ctx, payload, _PAYLOAD_VERSION)
+                raise self._error(exc, "sending the commit marker failed") from exc
+        return Committable.for_task(ctx, payload)
 
     def abort(self, txn: KafkaTransaction) -> None:
         if txn.skip:
@@ -678,44 +637,24 @@ class KafkaSink(Sink[KafkaTransaction]):
 
     # -- phase 2 (in the task) -------------------------------------------------------------
 
-    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        outcomes = []
-        for c in committables:
-            txn = self._open.pop((c.query_id, c.batch_id, c.partition, c.attempt), None)
-            if c.payload.get("skipped") or txn is None:
-                # No open transaction here: committed before (the marker decides on replay).
-                outcomes.append(CommitOutcome.ALREADY_COMMITTED)
-                continue
-            started = time.monotonic()
-            try:
-                txn.producer.commit_transaction(self.timeout)
-            except KafkaException as exc:
-                error = exc.args[0]
-                # Keep it: calling commit again must fail again, never look "already committed".
-                self._open[(c.query_id, c.batch_id, c.partition, c.attempt)] = txn
-                if error.retriable():  # a timed-out commit may be called again
-                    raise self._error(exc, txn.ctx, "commit_transaction failed") from exc
-                raise SinkError(
-                    f"commit_transaction failed and the transaction is lost ({error.name()}: "
-                    f"{error.str()}): a newer attempt of this partition fenced this producer, "
-                    "or the broker aborted the transaction after transaction.timeout.ms; the "
-                    "task fails and a new attempt writes the data",
-                    sink_id=c.sink_id,
-                    batch_id=c.batch_id,
-                    partition=c.partition,
-                ) from exc
-            _log.debug("committed %s in %.3fs", txn.transactional_id, time.monotonic() - started)
-            outcomes.append(CommitOutcome.COMMITTED)
-        return outcomes
-
-    def abort_prepared(self, committables: Sequence[Committable]) -> None:
-        for c in committables:
-            txn = self._open.pop((c.query_id, c.batch_id, c.partition, c.attempt), None)
-            if txn is not None:
-                self.abort(txn)
-
-    def recover(self, sink_id: str) -> list[Committable]:
-        return []  # nothing can be committed from another process; see sweep()
+    def commit_in_task(self, txn: KafkaTransaction) -> CommitOutcome:
+        if txn.skip:
+            return CommitOutcome.ALREADY_COMMITTED  # the marker showed the batch committed
+        started = time.monotonic()
+        try:
+            txn.producer.commit_transaction(self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.retriable():  # a timed-out commit may be called again
+                raise self._error(exc, "commit_transaction failed") from exc
+            raise SinkError(
+                f"commit_transaction failed and the transaction is lost ({error.name()}: "
+                f"{error.str()}): a newer attempt of this partition fenced this producer, "
+                "or the broker aborted the transaction after transaction.timeout.ms; the "
+                "task fails and a new attempt writes the data"
+            ) from exc
+        _log.debug("committed %s in %.3fs", txn.transactional_id, time.monotonic() - started)
+        return CommitOutcome.COMMITTED
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Abort lingering transactions of this sink once per process (query start), so
@@ -940,7 +879,7 @@ class KafkaSink(Sink[KafkaTransaction]):
         ages = self._first_unstable_ages(stuck, stable)
         return [
             PendingWork(
-                kind="open_transaction",
+                kind=WorkKind.OPEN,
                 ident=f"{tp.topic}[{tp.partition}]",
                 age_seconds=ages.get((tp.topic, tp.partition)),
                 detail=(

@@ -28,6 +28,8 @@ import pyarrow as pa
 import pytest
 
 import twopc
+from tests.helpers import in_task
+from twopc._coordinator import Coordinator
 from twopc.local import LocalEngine
 from twopc_jdbc._base import SqlSink, SqlTransaction
 
@@ -170,9 +172,9 @@ class Env:
 
     def coordinator(
         self, sink: SqlSink, sink_id: str, *, faults: str | None = None, log: str = "log"
-    ) -> twopc.Coordinator:
+    ) -> Coordinator:
         self._sink_ids.add(sink_id)
-        return twopc.Coordinator(
+        return Coordinator(
             sink,
             sink_id,
             twopc.CommitLog(str(self.tmp_path / log)),
@@ -222,22 +224,33 @@ def write(
     sink: SqlSink, ctx: twopc.TaskContext, *batches: pa.RecordBatch
 ) -> tuple[SqlTransaction, twopc.Committable]:
     """Phase 1 for one task: begin, invoke each batch, pre_commit."""
-    txn = sink.begin_transaction(ctx)
-    try:
-        for item in batches:
-            sink.invoke(txn, item)
-        committable = sink.pre_commit(txn)
-    except BaseException:
-        sink.abort(txn)
-        raise
+    with in_task(ctx):
+        txn = sink.begin_transaction(ctx)
+        try:
+            for item in batches:
+                sink.invoke(txn, item)
+            committable = sink.pre_commit(txn)
+        except BaseException:
+            sink.abort(txn)
+            raise
     return txn, committable
+
+
+def commit(
+    sink: SqlSink, txn: SqlTransaction, committable: twopc.Committable
+) -> list[twopc.CommitOutcome]:
+    """Commit one task's work the way its mode does: in the task, or on the driver."""
+    with in_task(txn.ctx):
+        if isinstance(sink, twopc.CommitsInTask):
+            return [sink.commit_in_task(txn)]
+        return sink.commit([committable])
 
 
 def write_and_commit(
     sink: SqlSink, ctx: twopc.TaskContext, *batches: pa.RecordBatch
 ) -> list[twopc.CommitOutcome]:
-    _, committable = write(sink, ctx, *batches)
-    return sink.commit([committable])
+    txn, committable = write(sink, ctx, *batches)
+    return commit(sink, txn, committable)
 
 
 def assert_names_task(exc: BaseException, sink_id: str, batch_id: int, partition: int) -> None:
@@ -607,13 +620,15 @@ class SqlSinkCases:
             assert db.is_closed(txn.conn)
         else:
             assert env.prepared(sid) == []
-            assert "gtrid" not in committable.payload
-        assert sink.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+            assert committable.payload["gtrid"] is None
+        assert commit(sink, txn, committable) == [twopc.CommitOutcome.COMMITTED]
         assert db.count(table) == 2
         assert env.leftovers(sid) == ([], [])
 
-    @pytest.mark.parametrize("tm", MODES)
-    def test_commit_is_idempotent(self, db: Db, env: Env, tm: str) -> None:
+    def test_commit_is_idempotent(self, db: Db, env: Env) -> None:
+        """Two-phase commits on the driver are idempotent (transaction mode: the replay
+        test below, where the marker makes the task write nothing)."""
+        tm = "two_phase"
         table = env.table()
         db.create(table, self.KV_NO_KEY)
         sink = env.sink(table, transaction_mode=tm)
@@ -641,7 +656,7 @@ class SqlSinkCases:
         sink.invoke(txn, batch(id=[7], v=["replayed"], n=[7]))
         committable = sink.pre_commit(txn)
         assert committable.payload["skipped"] is True
-        assert sink.commit([committable]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+        assert commit(sink, txn, committable) == [twopc.CommitOutcome.ALREADY_COMMITTED]
         # through a coordinator that lost its commit log: the markers alone skip the replay
         coordinator = env.coordinator(sink, sid, log="other-log")
         replay = table_of(batch(id=[8], v=["again"], n=[8]))
@@ -682,8 +697,11 @@ class SqlSinkCases:
         sink.invoke(txn, batch(id=[1], v=["a"], n=[1]))
         sink.abort(txn)
         sink.abort(txn)  # idempotent
-        # abort of pre-committed work
-        _, committable = write(sink, env.ctx(sid, attempt=1), batch(id=[2], v=["b"], n=[2]))
+        # abort of pre-committed work: in the task (transaction mode), or on the driver
+        txn, committable = write(sink, env.ctx(sid, attempt=1), batch(id=[2], v=["b"], n=[2]))
+        if tm == "transaction":
+            sink.abort(txn)
+            sink.abort(txn)  # idempotent
         sink.abort_prepared([committable])
         sink.abort_prepared([committable])  # idempotent
         env.sink(table, transaction_mode=tm).abort_prepared([committable])
@@ -834,10 +852,10 @@ class SqlSinkCases:
             sink.invoke(txn, batch(id=[1, 2], v=["a", "b"], n=[1, 2]))
             db.terminate(txn)
             if next_call == "invoke":
-                with pytest.raises(twopc.SinkError) as caught:
+                with pytest.raises(twopc.SinkError) as caught, in_task(ctx):
                     sink.invoke(txn, batch(id=[3], v=["c"], n=[3]))
             else:
-                with pytest.raises(twopc.SinkError) as caught:
+                with pytest.raises(twopc.SinkError) as caught, in_task(ctx):
                     sink.pre_commit(txn)
         finally:
             sink.abort(txn)  # must not raise on a dead connection
@@ -860,7 +878,7 @@ class SqlSinkCases:
         txn, committable = write(sink, env.ctx(sid, batch_id=2), batch(id=[1], v=["a"], n=[1]))
         db.terminate(txn)
         with pytest.raises(twopc.SinkError) as caught:
-            sink.commit([committable])
+            commit(sink, txn, committable)
         assert_names_task(caught.value, sid, 2, 0)
         assert db.count(table) == 0
         assert db.markers(env.marker_table, sid) == []
@@ -901,7 +919,7 @@ class SqlSinkCases:
             sink.pre_commit(opened[0])
 
         try:
-            with pytest.raises(twopc.PermanentSinkError) as caught:
+            with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
                 phase1()
         finally:
             for txn in opened:
@@ -1017,8 +1035,9 @@ class SqlSinkCases:
         table = env.table()
         sink = env.sink(table, dsn=dsn, transaction_mode=tm)
         sid = env.sink_id()
-        with pytest.raises(twopc.PermanentSinkError) as caught:
-            sink.begin_transaction(env.ctx(sid, batch_id=1, partition=2))
+        ctx = env.ctx(sid, batch_id=1, partition=2)
+        with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
+            sink.begin_transaction(ctx)
         assert_names_task(caught.value, sid, 1, 2)
         assert self.auth_needle in str(caught.value), caught.value
         for text in (str(caught.value), repr(caught.value), repr(sink), sink.describe()):
@@ -1045,8 +1064,9 @@ class SqlSinkCases:
         )
         sid = env.sink_id()
         started = time.monotonic()
-        with pytest.raises(twopc.TransientSinkError) as caught:
-            sink.begin_transaction(env.ctx(sid, batch_id=3, partition=0))
+        ctx = env.ctx(sid, batch_id=3, partition=0)
+        with pytest.raises(twopc.TransientSinkError) as caught, in_task(ctx):
+            sink.begin_transaction(ctx)
         assert time.monotonic() - started < 10
         assert_names_task(caught.value, sid, 3, 0)
         text = str(caught.value)

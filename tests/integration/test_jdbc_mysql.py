@@ -26,6 +26,7 @@ from .jdbc_support import (
     SqlSinkCases,
     assert_names_task,
     batch,
+    in_task,
     staging_prefix,
     table_of,
     wait_until,
@@ -177,12 +178,13 @@ class TestMariaDbSink(SqlSinkCases):
             )  # fmt: skip
             sid = env.sink_id(mode)
             rows = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64()), **data})
-            txn = sink.begin_transaction(env.ctx(sid, batch_id=7, partition=2))
+            ctx = env.ctx(sid, batch_id=7, partition=2)
+            txn = sink.begin_transaction(ctx)
             try:
                 # LOAD DATA reports the warning when the task's buffered rows are loaded:
                 # in invoke every 100,000 rows, else (here) in pre_commit
                 sink.invoke(txn, rows)
-                with pytest.raises(twopc.PermanentSinkError) as caught:
+                with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
                     sink.pre_commit(txn)
             finally:
                 sink.abort(txn)
@@ -249,7 +251,8 @@ class TestMariaDbSink(SqlSinkCases):
         txn.conn.close()  # the task's process dies: no abort, the table stays
         assert len(db.staging_tables(sid)) == 1
         (leftover,) = sink.inspect(sid).pending  # status sees it, read-only
-        assert leftover.kind == "staging_table" and leftover.committable is None
+        assert leftover.kind == "unprepared" and leftover.committable is None
+        assert "staging table" in leftover.detail
         assert len(db.staging_tables(sid)) == 1
         coordinator = env.coordinator(env.sink(table, mode="upsert", key_columns=["id"],
                                                transaction_mode="two_phase"), sid)  # fmt: skip

@@ -24,6 +24,7 @@ from .jdbc_support import (
     SqlSinkCases,
     assert_names_task,
     batch,
+    in_task,
     write,
 )
 
@@ -144,9 +145,10 @@ class TestPostgresSink(SqlSinkCases):
         sink = env.sink(table, transaction_mode="two_phase")
         data = batch(id=[1], **{column: values})
         sid = env.sink_id()
-        txn = sink.begin_transaction(env.ctx(sid, batch_id=2, partition=1))
+        ctx = env.ctx(sid, batch_id=2, partition=1)
+        txn = sink.begin_transaction(ctx)
         try:
-            with pytest.raises(twopc.PermanentSinkError) as caught:
+            with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
                 sink.invoke(txn, data)
         finally:
             sink.abort(txn)
@@ -160,8 +162,9 @@ class TestPostgresSink(SqlSinkCases):
         sink = _NoPreparedSink(db.dsn, table=env.table(), transaction_mode="two_phase",
                                marker_table=env.marker_table)  # fmt: skip
         sid = env.sink_id()
-        with pytest.raises(twopc.PermanentSinkError) as caught:
-            sink.begin_transaction(env.ctx(sid, batch_id=1, partition=0))
+        ctx = env.ctx(sid, batch_id=1, partition=0)
+        with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
+            sink.begin_transaction(ctx)
         assert "max_prepared_transactions = 0" in str(caught.value)
         assert "transaction_mode='transaction'" in str(caught.value)
         assert_names_task(caught.value, sid, 1, 0)

@@ -33,9 +33,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import twopc
+from tests.helpers import in_task
 from twopc import local
+from twopc._paths import CommitPath
+from twopc._phase1 import Phase1Task, _Attempt
 from twopc.local import LocalStream
-from twopc_kafka.sink import KafkaSink
+from twopc_kafka.sink import KafkaPayload, KafkaSink
 
 from .kafka_support import (
     TIMEOUT,
@@ -147,17 +150,17 @@ def test_records_become_visible_only_at_commit(
     assert committed_keys(kafka_bootstrap, topic) == Counter()
     assert sum(uncommitted_keys(kafka_bootstrap, topic).values()) == 240
 
-    assert sink.commit([prepared[0][1]]) == [twopc.CommitOutcome.COMMITTED]
+    assert sink.commit_in_task(prepared[0][0]) is twopc.CommitOutcome.COMMITTED
     assert set(committed_keys(kafka_bootstrap, topic)) == set(tables[0].column("key").to_pylist())
 
-    assert sink.commit([prepared[1][1]]) == [twopc.CommitOutcome.COMMITTED]
+    assert sink.commit_in_task(prepared[1][0]) is twopc.CommitOutcome.COMMITTED
     assert_exactly_once(committed_keys(kafka_bootstrap, topic), keys_of([tables]))
 
     # The marker committed with the data makes a replayed task a no-op.
     again = sink_for(kafka_bootstrap, topic, prefix)
     txn, committable = write_direct(again, ctx("vis", 0, 1, attempt=1), tables[1])
-    assert txn.skip and committable.payload["skipped"]
-    assert again.commit([committable]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+    assert txn.skip and KafkaPayload.of(committable).skipped
+    assert again.commit_in_task(txn) is twopc.CommitOutcome.ALREADY_COMMITTED
     assert_exactly_once(committed_keys(kafka_bootstrap, topic), keys_of([tables]))
 
 
@@ -204,8 +207,8 @@ def test_aborted_transaction_is_never_visible(
     txn, _ = write_direct(sink, ctx("abort", 0, 0), doomed)
     sink.abort(txn)
     kept = rows(1, 0, 50)
-    _, committable = write_direct(sink, ctx("abort", 1, 0), kept)
-    assert sink.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+    txn, _ = write_direct(sink, ctx("abort", 1, 0), kept)
+    assert sink.commit_in_task(txn) is twopc.CommitOutcome.COMMITTED
 
     expected = set(kept.column("key").to_pylist())
     assert_exactly_once(committed_keys(kafka_bootstrap, topic), expected)
@@ -249,22 +252,21 @@ def test_zombie_attempt_is_fenced_by_the_next_attempt(
     sink = sink_for(kafka_bootstrap, topic, prefix)
     zombie_rows = rows(0, 0, 40, tag="-attempt0")
     winner_rows = rows(0, 0, 40, tag="-attempt1")
-    zombie, zombie_committable = write_direct(sink, ctx("zombie", 0, 0, attempt=0), zombie_rows)
+    zombie, _ = write_direct(sink, ctx("zombie", 0, 0, attempt=0), zombie_rows)
     # A retry of the same partition: same transactional.id, so init_transactions fences
     # attempt 0 and aborts its open transaction.
-    winner, winner_committable = write_direct(sink, ctx("zombie", 0, 0, attempt=1), winner_rows)
+    winner, _ = write_direct(sink, ctx("zombie", 0, 0, attempt=1), winner_rows)
     assert zombie.transactional_id == winner.transactional_id == f"{prefix}-zombie-0"
 
     with pytest.raises(twopc.SinkError, match="fenced") as excinfo:
-        sink.commit([zombie_committable])
+        sink.commit_in_task(zombie)
     error = excinfo.value
     assert not error.retryable, "a fenced commit must not be retried as if it were transient"
-    assert (error.sink_id, error.batch_id, error.partition) == ("zombie", 0, 0)
     # Asking again must fail again, never report the lost transaction as committed.
     with pytest.raises(twopc.SinkError, match="fenced"):
-        sink.commit([zombie_committable])
+        sink.commit_in_task(zombie)
 
-    assert sink.commit([winner_committable]) == [twopc.CommitOutcome.COMMITTED]
+    assert sink.commit_in_task(winner) is twopc.CommitOutcome.COMMITTED
     assert_exactly_once(
         committed_keys(kafka_bootstrap, topic), set(winner_rows.column("key").to_pylist())
     )
@@ -273,13 +275,16 @@ def test_zombie_attempt_is_fenced_by_the_next_attempt(
 def test_fenced_commit_fails_the_task_instead_of_passing_as_committed(
     kafka_bootstrap: str, topic: str, prefix: str
 ) -> None:
-    """The in-task commit retries transient errors; a fenced producer is not one."""
+    """The in-task commit retries transient errors; a fenced producer is not one. The task
+    fails naming sink, batch and partition (stamped by the core), and aborts."""
     sink = sink_for(kafka_bootstrap, topic, prefix)
-    _, zombie_committable = write_direct(sink, ctx("zombie2", 0, 0, attempt=0), rows(0, 0, 5))
+    zombie, _ = write_direct(sink, ctx("zombie2", 0, 0, attempt=0), rows(0, 0, 5))
     write_direct(sink_for(kafka_bootstrap, topic, prefix), ctx("zombie2", 0, 0, 1), rows(0, 0, 5))
-    task = twopc.Phase1Task(sink, "zombie2", QUERY, 0, retry=twopc.RetryPolicy(3, 0.0))
-    with pytest.raises(twopc.SinkError, match="fenced"):
-        task._commit_in_task(zombie_committable, 0, 0)
+    task = Phase1Task(sink, "zombie2", QUERY, 0, CommitPath.TASK, retry=twopc.RetryPolicy(3, 0.0))
+    with pytest.raises(twopc.SinkError, match="fenced") as excinfo:
+        task._commit_in_task(zombie, _Attempt(zombie.ctx, 0, 0.0))
+    error = excinfo.value
+    assert (error.sink_id, error.batch_id, error.partition) == ("zombie2", 0, 0)
 
 
 def test_lingering_transaction_stalls_readers_until_the_sweep(
@@ -313,8 +318,8 @@ def test_lingering_transaction_stalls_readers_until_the_sweep(
 
     # Data committed after the open transaction is stuck behind it for read_committed.
     before = sink_for(kafka_bootstrap, topic, prefix)
-    _, committable = write_direct(before, ctx("unrelated", 0, 0), rows(0, 0, 10))
-    before.commit([committable])
+    txn, _ = write_direct(before, ctx("unrelated", 0, 0), rows(0, 0, 10))
+    before.commit_in_task(txn)
     assert stable_end(kafka_bootstrap, topic) == 0
     assert committed_keys(kafka_bootstrap, topic) == Counter()
     assert uncommitted_keys(kafka_bootstrap, topic)["lingering"] == 1
@@ -322,7 +327,7 @@ def test_lingering_transaction_stalls_readers_until_the_sweep(
     # Status sees the stalled partition without touching it (no probe, so no abort).
     inspection = sink_for(kafka_bootstrap, topic, prefix).inspect(sink_id)
     (stalled,) = inspection.pending
-    assert (stalled.kind, stalled.ident) == ("open_transaction", f"{topic}[0]")
+    assert (stalled.kind, stalled.ident) == (twopc.WorkKind.OPEN, f"{topic}[0]")
     assert stalled.age_seconds is not None and stalled.age_seconds < 600
     assert stable_end(kafka_bootstrap, topic) == 0
 
@@ -424,7 +429,7 @@ def test_atomic_mode_readers_never_see_part_of_a_batch(
     batch_size = partitions * per_partition
     batches = [[rows(b, p, per_partition) for p in range(partitions)] for b in range(n_batches)]
     sink = sink_for(kafka_bootstrap, topic, prefix, mode="atomic")
-    assert sink.capabilities.atomic_batch_visibility and sink.capabilities.single_transaction
+    assert sink.single_task
     writer = local.foreach_batch(sink, "atomic", commit_log=str(tmp_path / "log"), processes=False)
 
     observer = _Observer(kafka_bootstrap, topic, n_batches * batch_size)
@@ -579,7 +584,7 @@ def test_unreachable_broker_is_a_transient_error(prefix: str, tmp_path: Path) ->
         operation_timeout_seconds=2,
         lingering_probe=1,
     )
-    with pytest.raises(twopc.TransientSinkError) as excinfo:
+    with pytest.raises(twopc.TransientSinkError) as excinfo, in_task(ctx("offline", 0, 0)):
         sink.begin_transaction(ctx("offline", 0, 0))
     text = str(excinfo.value)
     assert text.startswith(
@@ -615,7 +620,7 @@ def test_sasl_settings_against_a_plaintext_listener(
             "sasl.password": "not-the-password",
         },
     )
-    with pytest.raises(twopc.PermanentSinkError) as excinfo:
+    with pytest.raises(twopc.PermanentSinkError) as excinfo, in_task(ctx("sasl", 0, 0)):
         sink.begin_transaction(ctx("sasl", 0, 0))
     text = str(excinfo.value)
     assert "sink 'sasl', batch 0, partition 0" in text

@@ -5,8 +5,9 @@ kit reports the broken guarantee. Each is a small change to the files sink, the 
 plugin author could plausibly write, and each has a module-level factory ``(target) -> Sink``
 so the kit can import it by name, also in the fresh processes its tests start.
 
-The read side is the files sink's: committed rows are the Parquet files under the target
-that ``pyarrow.dataset`` picks up (staging directories start with ``_`` and are hidden).
+The read side of (a) to (e) is the files sink's: committed rows are the Parquet files under
+the target that ``pyarrow.dataset`` picks up (staging directories start with ``_`` and are
+hidden). (f) to (h) commit in the task, over the in-memory store of ``twopc.testing``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from twopc import CommitError, CommitOutcome, Committable, TaskContext
-from twopc_files import FilesSink
+from twopc import (
+    CommitError,
+    CommitOutcome,
+    Committable,
+    Footprint,
+    Payload,
+    RecoveryScope,
+    TaskContext,
+)
+from twopc.testing import MemoryTaskSink
+from twopc.testing._memory import MemoryTransaction
+from twopc_files import FilesPayload, FilesSink
 from twopc_files._layout import STAGING_DIR
 from twopc_files.sink import FilesTransaction
 
@@ -28,6 +39,9 @@ __all__ = [
     "abort_promotes",
     "commit_copies_again",
     "commit_trusts_memory",
+    "in_task_visible_early",
+    "marker_ignored",
+    "markers_blind",
     "pre_commit_in_memory",
     "recover_deletes_staging",
     "visible_before_commit",
@@ -46,12 +60,12 @@ class CommitCopiesAgainSink(FilesSink):
     """
 
     def _promote(self, committable: Committable) -> CommitOutcome:
-        staging = str(committable.payload["staging"])
-        marker = self._abs(f"{staging}/_committed")
-        for entry in committable.payload["files"]:
-            final = self._abs(entry["final"])
+        payload = FilesPayload.of(committable)
+        marker = self._abs(f"{payload.staging}/_committed")
+        for entry in payload.files:
+            final = self._abs(entry.final)
             stem, _, extension = final.rpartition(".")
-            self.fs.copy(self._abs(entry["staged"]), f"{stem}-{uuid.uuid4().hex[:8]}.{extension}")
+            self.fs.copy(self._abs(entry.staged), f"{stem}-{uuid.uuid4().hex[:8]}.{extension}")
         if self.fs.exists(marker):  # too late: the copy above already ran
             return CommitOutcome.ALREADY_COMMITTED
         self.fs.pipe_file(marker, b"")
@@ -167,6 +181,11 @@ _BUFFERS: dict[str, list[pa.RecordBatch]] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class _Buffer(Payload):
+    key: str
+
+
 @dataclass
 class BufferedTransaction:
     ctx: TaskContext
@@ -186,10 +205,7 @@ class PreCommitInMemorySink(FilesSink):
         key = uuid.uuid4().hex
         with _BUFFERS_LOCK:
             _BUFFERS[key] = list(txn.batches)
-        ctx = txn.ctx
-        return Committable(
-            ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt, {"buffer": key}
-        )
+        return Committable.for_task(txn.ctx, _Buffer(key))
 
     def abort(self, txn: BufferedTransaction) -> None:  # type: ignore[override]
         txn.batches.clear()
@@ -198,14 +214,9 @@ class PreCommitInMemorySink(FilesSink):
         outcomes = []
         for committable in committables:
             with _BUFFERS_LOCK:
-                batches = _BUFFERS.pop(str(committable.payload.get("buffer")), None)
+                batches = _BUFFERS.pop(_Buffer.of(committable).key, None)
             if batches is None:
-                raise CommitError(
-                    "no buffered rows for this committable in this process",
-                    sink_id=committable.sink_id,
-                    batch_id=committable.batch_id,
-                    partition=committable.partition,
-                )
+                raise CommitError("no buffered rows for this committable in this process")
             ctx = TaskContext(
                 committable.sink_id,
                 committable.query_id,
@@ -222,7 +233,7 @@ class PreCommitInMemorySink(FilesSink):
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         with _BUFFERS_LOCK:
             for committable in committables:
-                _BUFFERS.pop(str(committable.payload.get("buffer")), None)
+                _BUFFERS.pop(_Buffer.of(committable).key, None)
 
     def recover(self, sink_id: str) -> list[Committable]:
         return []
@@ -230,3 +241,47 @@ class PreCommitInMemorySink(FilesSink):
 
 def pre_commit_in_memory(target: str) -> FilesSink:
     return PreCommitInMemorySink(target)
+
+
+# -- (f), (g), (h): sinks that commit in the task -----------------------------------------------
+# Small changes to the in-memory reference sink of the same role (its target is a store in
+# this process, named by the target string).
+
+
+class MarkerIgnoredSink(MemoryTaskSink):
+    """Never reads its marker: a replayed task writes its rows again."""
+
+    def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
+        return MemoryTransaction(ctx)
+
+
+def marker_ignored(target: str) -> MemoryTaskSink:
+    return MarkerIgnoredSink(target)
+
+
+class VisibleEarlySink(MemoryTaskSink):
+    """Commits in pre_commit ("the task commits anyway"): readers see rows before the task
+    says they are committed, and an abort after pre_commit cannot take them back."""
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        committable = super().pre_commit(txn)
+        super().commit_in_task(txn)
+        txn.skip = True
+        return committable
+
+
+def in_task_visible_early(target: str) -> MemoryTaskSink:
+    return VisibleEarlySink(target)
+
+
+class MarkersBlindSink(MemoryTaskSink):
+    """Keeps markers but cannot read them back: a reshaped replay would go unnoticed."""
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        return set()
+
+
+def markers_blind(target: str) -> MemoryTaskSink:
+    return MarkersBlindSink(target)

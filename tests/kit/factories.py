@@ -7,6 +7,7 @@ import functools
 import twopc
 from tests.integration.services import Services
 from twopc.protocol import Sink
+from twopc.testing import MemoryTaskSink
 
 
 def files_sink(target: str) -> Sink[object]:
@@ -63,3 +64,8 @@ def kafka_atomic_sink(target: str) -> Sink[object]:
         mode="atomic",
         operation_timeout_seconds=20,
     )
+
+
+def memory_task_sink(target: str) -> Sink[object]:
+    """The in-memory reference sink that commits in the task (one process only)."""
+    return MemoryTaskSink(target)  # type: ignore[return-value]

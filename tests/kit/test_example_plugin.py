@@ -2,8 +2,9 @@
 
 This is what a plugin author does, in a fresh virtualenv: install twopc, ``pip install`` the
 example from its own directory (``examples/twopc-sqlite``, with its ``test`` extra), check
-``twopc plugins``, then run the example's own test suite, which subclasses the conformance
-kit. pyspark is not installed there, so the kit's Spark tests must skip themselves cleanly.
+``twopc plugins``, then run the example's own test suite, which composes the conformance
+kit's check classes for its two sinks (one per commit role). pyspark is not installed
+there, so the kit's Spark tests must skip themselves cleanly.
 pip uses its cache (``~/.cache/pip``); the whole test takes about 20-30 s.
 """
 
@@ -75,6 +76,8 @@ def test_twopc_plugins_lists_the_example_backend(venv: Path) -> None:
     assert backends["sqlite"]["usable"], backends["sqlite"]
     assert backends["sqlite"]["distribution"] == "twopc-sqlite"
     assert backends["sqlite"]["plugin"] == "sqlite"
+    assert backends["sqlite-task"]["usable"], backends["sqlite-task"]
+    assert backends["sqlite-task"]["plugin"] == "sqlite"
     assert backends["files"]["usable"], backends["files"]
     assert listing["failures"] == []
     text = _ok(_run([twopc, "plugins"], cwd=venv.parent))
@@ -98,18 +101,25 @@ def test_the_example_passes_the_conformance_kit(venv: Path, tmp_path: Path) -> N
     ]
     result = _run([*pytest_args, "-k", "not spark", "-q"], cwd=tmp_path)
     output = _ok(result)
-    assert "twopc conformance: TestSqliteConformance" in output, output
+    driver, in_task = output.split("twopc conformance: TestSqliteTaskConformance")
+    assert "twopc conformance: TestSqliteConformance" in driver, output
     for words in (
         "passed   commit is idempotent",
         "passed   pre_commit is durable",
         "passed   recovery commits decided work",
-        "passed   SIGKILL at every crash point, restart: exactly-once",
+        "passed   SIGKILL at every crash point, restart: exactly-once (8 of 10 cases)",
     ):
-        assert words in output, output
+        assert words in driver, output
+    for words in (
+        "passed   a task whose marker shows its batch writes nothing",
+        "passed   the target's markers show the committed partitions",
+        "passed   SIGKILL at every crash point, restart: exactly-once (9 of 10 cases)",
+    ):
+        assert words in in_task, output
     assert "FAILED" not in output, output
 
     # Without pyspark the kit's Spark tests skip themselves, with the install hint.
     spark = _ok(_run([*pytest_args, "-k", "spark", "-q", "-rs"], cwd=tmp_path))
-    assert "3 skipped" in spark, spark
+    assert "6 skipped" in spark, spark
     assert "skipped  a real foreachBatch query is exactly-once (pyspark is not installed" in spark
     assert "pip install 'twopc[spark]'" in spark, spark

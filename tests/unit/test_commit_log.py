@@ -10,7 +10,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from twopc import CommitLog, Committable, Decision
+import twopc
+from twopc import CommitLog, Committable
+from twopc._commit_log import Decision
 
 pytestmark = pytest.mark.unit
 
@@ -199,7 +201,7 @@ def test_unknown_log_format_is_rejected() -> None:
     raw = decision("q-1", 0).to_bytes()
     body = json.loads(raw)
     body["format"] = 99
-    with pytest.raises(ValueError, match="99"):
+    with pytest.raises(twopc.UnsupportedFormatError, match="format 99"):
         Decision.from_bytes(json.dumps(body).encode())
     assert Decision.from_bytes(raw) == decision("q-1", 0)
 

@@ -1,11 +1,15 @@
-"""The coordinator without Spark: the files sink on a temporary directory, tasks inline.
+"""The coordinator without Spark, over the in-memory reference sinks of ``twopc.testing``
+(one per commit role), tasks inline.
 
-Every assertion reads the output back with pyarrow (what a reader sees) or looks at what
-is left on disk, never at the coordinator's own logs.
+Assertions read what the memory store shows a reader (its visible rows, what is still
+prepared), never the coordinator's own logs.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,13 +19,27 @@ import pytest
 
 import twopc
 from tests.helpers import read_ids, staged_attempts
-from twopc import CommitLog, Coordinator, RetryPolicy, TaskContext
+from twopc import CommitLog, RetryPolicy, TaskContext
+from twopc._commit_log import Decision
+from twopc._coordinator import Coordinator
+from twopc._paths import CommitPath
 from twopc.local import LocalEngine
+from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink, memory_store
 from twopc_files import FilesSink
 
 pytestmark = pytest.mark.unit
 
 QUERY = "query-1"
+
+
+@pytest.fixture
+def store_name() -> str:
+    return f"coordinator-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def store(store_name: str) -> MemoryStore:
+    return memory_store(store_name)
 
 
 def partitions(batch_id: int, count: int = 2, rows: int = 10) -> list[pa.Table]:
@@ -45,11 +63,17 @@ def ids_of(*batches: int, count: int = 2, rows: int = 10) -> set[int]:
     return {b * 1000 + i for b in batches for i in range(count * rows)}
 
 
-class FlakyCommitSink(FilesSink):
-    """Fails the first ``failures`` commit calls with a transient error."""
+def once(*batches: int) -> Counter[int]:
+    return Counter(ids_of(*batches))
 
-    def __init__(self, path: str, failures: int, error: type[Exception] = twopc.TransientSinkError):
-        super().__init__(path)
+
+class FlakyCommitSink(MemoryDriverSink):
+    """Fails the first ``failures`` commit calls."""
+
+    def __init__(
+        self, store: str, failures: int, error: type[Exception] = twopc.TransientSinkError
+    ) -> None:
+        super().__init__(store)
         self.failures = failures
         self.error = error
         self.calls = 0
@@ -61,28 +85,45 @@ class FlakyCommitSink(FilesSink):
         return super().commit(committables)
 
 
-def coordinator(sink: FilesSink, tmp_path: Path, **options: Any) -> Coordinator:
+class CountingSink(MemoryDriverSink):
+    """Counts how often recovery lists prepared work."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(store)
+        self.listings = 0
+
+    def recover(self, sink_id: str) -> list[twopc.Committable]:
+        self.listings += 1
+        return super().recover(sink_id)
+
+
+def coordinator(sink: twopc.Sink[Any], tmp_path: Path, **options: Any) -> Coordinator:
     return Coordinator(
         sink, "orders", CommitLog(str(tmp_path / "log")), sleep=lambda _: None, **options
     )
 
 
-def test_batches_commit_and_replays_are_skipped(tmp_path: Path) -> None:
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path)
+@pytest.mark.parametrize("role", [MemoryDriverSink, MemoryTaskSink], ids=["driver", "task"])
+def test_batches_commit_and_replays_are_skipped(
+    tmp_path: Path, store_name: str, store: MemoryStore, role: type[twopc.Sink[Any]]
+) -> None:
+    coord = coordinator(role(store_name), tmp_path)  # type: ignore[call-arg]
     first = coord.run_batch(QUERY, 0, engine(0))
     assert (first.status, first.rows, first.partitions) == ("committed", 20, 2)
-    assert set(read_ids(tmp_path / "out")) == ids_of(0)
+    assert first.status is twopc.BatchStatus.COMMITTED
+    assert Counter(store.visible) == once(0)
 
-    replay = coord.run_batch(QUERY, 0, engine(0))
+    replay = coordinator(role(store_name), tmp_path).run_batch(QUERY, 0, engine(0))  # type: ignore[call-arg]
     assert replay.status == "skipped"
-    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
+    assert Counter(store.visible) == once(0)
 
 
-def test_transient_commit_errors_are_retried_with_backoff(tmp_path: Path) -> None:
+def test_transient_commit_errors_are_retried_with_backoff(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     sleeps: list[float] = []
-    sink = FlakyCommitSink(str(tmp_path / "out"), failures=2)
     coord = Coordinator(
-        sink,
+        FlakyCommitSink(store_name, failures=2),
         "orders",
         CommitLog(str(tmp_path / "log")),
         retry=RetryPolicy(max_attempts=5, initial_backoff_seconds=0.5, multiplier=2),
@@ -91,95 +132,164 @@ def test_transient_commit_errors_are_retried_with_backoff(tmp_path: Path) -> Non
     metrics = coord.run_batch(QUERY, 0, engine(0))
     assert metrics.commit_retries == 2
     assert sleeps == [0.5, 1.0]
-    assert set(read_ids(tmp_path / "out")) == ids_of(0)
+    assert Counter(store.visible) == once(0)
 
 
-def test_exhausted_retries_keep_the_decision_and_a_restart_finishes(tmp_path: Path) -> None:
-    sink = FlakyCommitSink(str(tmp_path / "out"), failures=10)
-    coord = coordinator(sink, tmp_path, retry=RetryPolicy(max_attempts=3))
-    with pytest.raises(twopc.CommitError, match="sink 'orders', batch 0"):
+def test_exhausted_retries_keep_the_decision_and_a_restart_finishes(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    coord = coordinator(FlakyCommitSink(store_name, failures=10), tmp_path, retry=RetryPolicy(3))
+    with pytest.raises(twopc.CommitError, match="sink 'orders', batch 0, partition 0"):
         coord.run_batch(QUERY, 0, engine(0))
-    assert read_ids(tmp_path / "out") == {}
+    assert store.visible == []
 
-    healthy = coordinator(FilesSink(str(tmp_path / "out")), tmp_path)
+    healthy = coordinator(MemoryDriverSink(store_name), tmp_path)
     replay = healthy.run_batch(QUERY, 0, engine(0))
     assert replay.status == "skipped" and replay.recovered_committed == 2
-    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
+    assert Counter(store.visible) == once(0)
 
 
-def test_permanent_commit_errors_are_not_retried(tmp_path: Path) -> None:
-    sink = FlakyCommitSink(str(tmp_path / "out"), failures=1, error=ValueError)
-    with pytest.raises(twopc.CommitError, match="ValueError: connection reset"):
+def test_a_foreign_error_in_commit_is_stamped_once_and_not_retried(
+    tmp_path: Path, store_name: str
+) -> None:
+    sink = FlakyCommitSink(store_name, failures=1, error=ValueError)
+    with pytest.raises(twopc.CommitError) as failure:
         coordinator(sink, tmp_path).run_batch(QUERY, 0, engine(0))
+    error = failure.value
+    assert (error.sink_id, error.batch_id, error.partition) == ("orders", 0, 0)
+    assert str(error) == "sink 'orders', batch 0, partition 0: ValueError: connection reset"
     assert sink.calls == 1
 
 
-def test_bad_input_fails_the_batch_and_nothing_is_visible(tmp_path: Path) -> None:
-    sink = FilesSink(str(tmp_path / "out"), partition_by=["region"])
+class RejectingSink(MemoryDriverSink):
+    """Rejects every batch without saying where: the core fills that in."""
+
+    def invoke(self, txn: Any, batch: pa.RecordBatch) -> None:
+        raise twopc.PermanentSinkError("column 'region' is missing")
+
+
+def test_bad_input_fails_the_batch_names_it_and_nothing_is_visible(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     with pytest.raises(twopc.BatchFailedError) as failure:
-        coordinator(sink, tmp_path).run_batch(QUERY, 3, engine(3))
-    assert failure.value.sink_id == "orders" and failure.value.batch_id == 3
-    assert failure.value.partition == 0
-    assert "'region'" in str(failure.value) and "2 of 2 partition(s)" in str(failure.value)
-    assert read_ids(tmp_path / "out") == {}
-    assert staged_attempts(tmp_path / "out") == []
+        coordinator(RejectingSink(store_name), tmp_path).run_batch(QUERY, 3, engine(3))
+    error = failure.value
+    assert (error.sink_id, error.batch_id, error.partition) == ("orders", 3, 0)
+    assert "'region'" in str(error) and "2 of 2 partition(s)" in str(error)
+    assert store.visible == [] and store.prepared == {}
 
 
-def test_orphan_attempts_are_aborted_not_committed(tmp_path: Path) -> None:
+def test_orphan_attempts_are_aborted_not_committed(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     """A speculative attempt that prepared but lost the race must never become visible."""
-    sink = FilesSink(str(tmp_path / "out"))
+    sink = MemoryDriverSink(store_name)
     txn = sink.begin_transaction(TaskContext("orders", QUERY, 0, 1, attempt=7))
     sink.invoke(txn, pa.record_batch({"id": pa.array([999_999], pa.int64())}))
     sink.pre_commit(txn)
 
     coord = coordinator(sink, tmp_path)
+    metrics = coord.run_batch(QUERY, 0, engine(0))
+    assert metrics.recovered_aborted == 1
+    assert Counter(store.visible) == once(0) and store.prepared == {}
+
+
+def test_recovery_runs_when_the_coordinator_starts_and_after_a_failure_only(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """A batch after a committed batch of the same coordinator asks the target nothing
+    before phase 1; a failed batch makes the next one recover first."""
+    sink = CountingSink(store_name)
+    coord = coordinator(sink, tmp_path)
+    for batch_id in range(3):
+        coord.run_batch(QUERY, batch_id, engine(batch_id))
+    assert sink.listings == 1
+    faults = twopc.FaultPlan.parse("before_decision:raise@batch=3")
+    coord.faults = faults
+    with pytest.raises(twopc.InjectedFault):
+        coord.run_batch(QUERY, 3, engine(3))
+    assert sink.listings == 2  # the failed batch looked for its own prepared work ...
+    assert store.prepared == {}  # ... and aborted it
+    coord.faults = None
+    coord.run_batch(QUERY, 3, engine(3))
+    assert sink.listings == 3  # the next batch recovered first
+    assert Counter(store.visible) == once(0, 1, 2, 3)
+
+
+def test_a_failed_batch_leaves_other_pending_decisions_to_recovery(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """The abort after a failed phase 1 touches only that batch: a decided batch of another
+    query, pending since a crash, is finished by recovery, not aborted."""
+    sink = MemoryDriverSink(store_name)
+    _, pending = _prepare(sink, "other-query", 5, [42])
+    coord = coordinator(sink, tmp_path)
+    coord._recovered = True  # as if this coordinator had recovered before the crash
+    coord.commit_log.record_decision(Decision("orders", "other-query", 5, (pending,)))
+    coord.faults = twopc.FaultPlan.parse("after_pre_commit:raise@partition=1")
+    with pytest.raises(twopc.BatchFailedError):
+        coord.run_batch(QUERY, 0, engine(0))
+    assert next(iter(store.prepared.values()))[0] == pending  # untouched
+    coord.faults = None
     coord.run_batch(QUERY, 0, engine(0))
-    coord.run_batch(QUERY, 1, engine(1))  # the next batch's recovery sweeps the orphan
-    assert set(read_ids(tmp_path / "out")) == ids_of(0, 1)
-    assert staged_attempts(tmp_path / "out") == []
+    assert Counter(store.visible) == Counter([42, *ids_of(0)])
 
 
-def test_a_log_ahead_of_the_checkpoint_is_refused(tmp_path: Path) -> None:
+def _prepare(
+    sink: MemoryDriverSink, query: str, batch: int, ids: list[int]
+) -> tuple[Any, twopc.Committable]:
+    txn = sink.begin_transaction(TaskContext("orders", query, batch, 0))
+    sink.invoke(txn, pa.record_batch({"id": pa.array(ids, pa.int64())}))
+    return txn, sink.pre_commit(txn)
+
+
+def test_a_log_ahead_of_the_checkpoint_is_refused(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     """A checkpoint restored from an older copy asks for a batch the log has moved past."""
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path, log_retention=1)
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, log_retention=1)
     for batch_id in range(3):
         coord.run_batch(QUERY, batch_id, engine(batch_id))
     # batch 2 of the same query is a replay and is skipped, not refused
     assert coord.run_batch(QUERY, 2, engine(2)).status == "skipped"
     with pytest.raises(twopc.CheckpointMismatchError, match="already holds batch 2"):
         coord.run_batch(QUERY, 0, engine(0))
-    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0, 1, 2), 1)
+    assert Counter(store.visible) == once(0, 1, 2)
 
 
-def test_a_new_query_id_starts_its_own_batches(tmp_path: Path) -> None:
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path)
+def test_a_new_query_id_starts_its_own_batches(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path)
     coord.run_batch(QUERY, 0, engine(0))
     assert coord.run_batch("query-2", 0, engine(0)).status == "committed"
-    assert set(read_ids(tmp_path / "out").values()) == {2}
+    assert set(Counter(store.visible).values()) == {2}
 
 
-def test_old_log_entries_are_pruned(tmp_path: Path) -> None:
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path, log_retention=2)
+def test_old_log_entries_are_pruned(tmp_path: Path, store_name: str, store: MemoryStore) -> None:
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, log_retention=2)
     for batch_id in range(5):
         coord.run_batch(QUERY, batch_id, engine(batch_id))
     assert coord.commit_log.decided_batches(QUERY) == [3, 4]
-    assert set(read_ids(tmp_path / "out")) == ids_of(0, 1, 2, 3, 4)
+    assert Counter(store.visible) == once(0, 1, 2, 3, 4)
 
 
-def test_task_retries_replace_a_failed_attempt(tmp_path: Path) -> None:
+def test_task_retries_replace_a_failed_attempt(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     faults = twopc.FaultPlan.parse("before_pre_commit:raise@partition=0,attempt=0")
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path, faults=faults)
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, faults=faults)
     metrics = coord.run_batch(QUERY, 0, engine(0, max_attempts=2))
     assert {t.partition: t.attempt for t in metrics.tasks} == {0: 1, 1: 0}
-    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
-    assert staged_attempts(tmp_path / "out") == []
+    assert Counter(store.visible) == once(0) and store.prepared == {}
 
 
 @pytest.mark.parametrize("point", ["after_invoke", "after_pre_commit"])
 def test_a_killed_attempt_leaves_nothing_once_its_batch_commits(tmp_path: Path, point: str) -> None:
     """A task process killed before or after preparing, then retried: its staged files go
     when the batch commits, not at the next batch, which the last batch of a query lacks
-    (found by the chaos campaign, seeds 78 and 10165)."""
+    (found by the chaos campaign, seeds 78 and 10165). Task processes need a sink whose
+    target outlives them: the files sink."""
     faults = twopc.FaultPlan.parse(f"{point}:kill@partition=1,attempt=0")
     coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path, faults=faults)
     engine = LocalEngine(partitions(0), processes=True, max_attempts=2)
@@ -190,47 +300,142 @@ def test_a_killed_attempt_leaves_nothing_once_its_batch_commits(tmp_path: Path, 
     assert metrics.recovered_aborted + metrics.swept == 1
 
 
-class InTaskSink(FilesSink):
-    """Commits in the task, like the Kafka and SQL transaction modes will."""
-
-    capabilities = twopc.Capabilities(global_commit=False, commit_in_task=True)
+# -- the in-task path ---------------------------------------------------------------------------
 
 
-def test_commit_in_task_sinks_are_visible_before_the_decision(tmp_path: Path) -> None:
+def test_in_task_sinks_are_visible_before_the_decision_and_a_rerun_skips_them(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     faults = twopc.FaultPlan.parse("before_decision:raise")
-    coord = coordinator(InTaskSink(str(tmp_path / "out")), tmp_path, faults=faults)
+    coord = coordinator(MemoryTaskSink(store_name), tmp_path, faults=faults)
     with pytest.raises(twopc.InjectedFault):
         coord.run_batch(QUERY, 0, engine(0))
     # Each task committed on its own: no atomic batch visibility for such sinks.
-    assert set(read_ids(tmp_path / "out")) == ids_of(0)
+    assert Counter(store.visible) == once(0)
+    rerun = coordinator(MemoryTaskSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
+    assert rerun.status == "committed"  # no decision was written, so the batch ran again...
+    assert Counter(store.visible) == once(0)  # ... and every task found its marker
 
 
-def test_metrics_callback_errors_do_not_fail_a_committed_batch(tmp_path: Path) -> None:
+def test_a_partly_committed_in_task_batch_finishes_once(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    faults = twopc.FaultPlan.parse("before_task_commit:raise@batch=1,partition=1")
+    coord = coordinator(MemoryTaskSink(store_name), tmp_path, faults=faults)
+    coord.run_batch(QUERY, 0, engine(0))
+    with pytest.raises(twopc.BatchFailedError, match="stay committed and are skipped"):
+        coord.run_batch(QUERY, 1, engine(1))
+    assert Counter(store.visible) == once(0) + Counter(range(1000, 1010))
+    coordinator(MemoryTaskSink(store_name), tmp_path).run_batch(QUERY, 1, engine(1))
+    assert Counter(store.visible) == once(0, 1)
+
+
+def test_a_pending_decision_finishes_the_way_it_was_made(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """A batch decided for the task path is only marked done; one decided for the driver
+    path cannot be finished by a sink that only commits in the task: that is refused."""
+    log = CommitLog(str(tmp_path / "log"))
+    marked = Decision("orders", QUERY, 0, (), path=CommitPath.TASK)
+    log.record_decision(marked)
+    coordinator(MemoryTaskSink(store_name), tmp_path).recover()
+    assert log.is_done(QUERY, 0)
+
+    committable = _prepare(MemoryDriverSink(store_name), QUERY, 1, [7])[1]
+    log.record_decision(Decision("orders", QUERY, 1, (committable,), path=CommitPath.DRIVER))
+    with pytest.raises(twopc.ConfigurationError, match="decided for a commit on the driver"):
+        coordinator(MemoryTaskSink(store_name), tmp_path).recover()
+    coordinator(MemoryDriverSink(store_name), tmp_path).recover()
+    assert store.visible == [7]
+
+
+def test_an_object_without_a_commit_role_is_refused(tmp_path: Path) -> None:
+    class NoRole(twopc.Sink[list[int]]):
+        def begin_transaction(self, ctx: TaskContext) -> list[int]:
+            return []
+
+        def invoke(self, txn: list[int], batch: pa.RecordBatch) -> None: ...
+
+        def pre_commit(self, txn: list[int]) -> twopc.Committable:
+            raise NotImplementedError
+
+        def abort(self, txn: list[int]) -> None: ...
+
+    with pytest.raises(twopc.ConfigurationError, match="implements no commit role"):
+        coordinator(NoRole(), tmp_path)
+    with pytest.raises(twopc.ConfigurationError, match=r"expected a twopc\.Sink"):
+        twopc.foreach_batch(object(), "orders")  # type: ignore[arg-type]
+
+
+# -- the commit log's formats ---------------------------------------------------------------------
+
+
+def test_a_decision_of_a_newer_format_is_refused_not_misread(
+    tmp_path: Path, store_name: str
+) -> None:
+    log = CommitLog(str(tmp_path / "log"))
+    log.record_decision(Decision("orders", QUERY, 0, ()))
+    path = tmp_path / "log" / QUERY / f"{0:020d}.decision.json"
+    body = json.loads(path.read_text())
+    path.write_text(json.dumps({**body, "format": 3}))
+    with pytest.raises(twopc.UnsupportedFormatError, match="format 3; this twopc reads formats"):
+        coordinator(MemoryDriverSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
+
+
+def test_a_decision_of_format_1_is_read_with_its_path(tmp_path: Path) -> None:
+    log = CommitLog(str(tmp_path / "log"))
+    directory = tmp_path / "log" / QUERY
+    directory.mkdir(parents=True)
+    body = {
+        "format": 1,
+        "sink_id": "orders",
+        "query_id": QUERY,
+        "batch_id": 4,
+        "decided_at": 1.0,
+        "committables": [],
+        "committed_in_task": True,
+    }
+    (directory / f"{4:020d}.decision.json").write_text(json.dumps(body))
+    decision = log.decision(QUERY, 4)
+    assert decision is not None and decision.path is CommitPath.TASK
+
+
+# -- the writer around the coordinator ----------------------------------------------------------
+
+
+def test_metrics_callback_errors_do_not_fail_a_committed_batch(
+    tmp_path: Path, store_name: str
+) -> None:
     def broken(_: twopc.BatchMetrics) -> None:
         raise RuntimeError("dashboard down")
 
     writer = twopc.local.foreach_batch(
-        FilesSink(str(tmp_path / "out")), "orders", on_metrics=broken, processes=False
+        MemoryDriverSink(store_name),
+        "orders",
+        commit_log=str(tmp_path / "log"),
+        on_metrics=broken,
+        processes=False,
     )
     metrics = writer.write(QUERY, 0, partitions(0))
     assert metrics.status == "committed" and writer.last_metrics == metrics
-    assert set(read_ids(tmp_path / "out")) == ids_of(0)
 
 
-def test_invalid_sink_ids_are_rejected(tmp_path: Path) -> None:
-    sink = FilesSink(str(tmp_path / "out"))
+def test_invalid_sink_ids_are_rejected(store_name: str) -> None:
+    sink = MemoryDriverSink(store_name)
     for bad in ["", "has space", "../up", "x" * 65, "-lead"]:
         with pytest.raises(twopc.ConfigurationError, match="invalid sink_id"):
             twopc.foreach_batch(sink, bad)
 
 
-def test_recovery_removes_a_crashed_log_write(tmp_path: Path) -> None:
+def test_recovery_removes_a_crashed_log_write(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
     """A driver killed inside the commit log's atomic write leaves a hidden temporary file;
     the next recovery deletes it (chaos campaign, seed 896)."""
-    coord = coordinator(FilesSink(str(tmp_path / "out")), tmp_path)
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path)
     coord.run_batch(QUERY, 0, engine(0))
     leftover = tmp_path / "log" / QUERY / f".tmp-0123abcd-{0:020d}.done"
     leftover.write_bytes(b"")
     coord.recover()
     assert not leftover.exists()
-    assert read_ids(tmp_path / "out") == dict.fromkeys(ids_of(0), 1)
+    assert Counter(store.visible) == once(0)

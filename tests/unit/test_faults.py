@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from twopc import ConfigurationError, CrashPoint, Fault, FaultAction, FaultPlan, InjectedFault
-from twopc.faults import ENV_VAR, EXIT_CODE
+from twopc import ConfigurationError, CrashPoint, FaultPlan, InjectedFault
+from twopc.faults import ENV_VAR, EXIT_CODE, Fault, FaultAction
 
 pytestmark = pytest.mark.unit
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import json
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
 
-from twopc_files import sink as sink_module
 from twopc_files._layout import (
     COMMITTABLE_FILE,
     HIVE_NULL,
@@ -135,16 +133,3 @@ def test_split_by_partition_keeps_every_row_once() -> None:
         seen.extend(piece.column("id").to_pylist())
         assert piece.schema.names == ["id", "v"]
     assert sorted(seen) == ids
-
-
-def test_manifest_files_lists_the_final_names() -> None:
-    manifest = {
-        "committables": [
-            {"payload": {"files": [{"final": "a.parquet"}, {"final": "k=1/b.parquet"}]}},
-            {"payload": {}},
-        ]
-    }
-    assert sink_module.manifest_files(json.dumps(manifest).encode()) == [
-        "a.parquet",
-        "k=1/b.parquet",
-    ]

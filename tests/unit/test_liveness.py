@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from twopc import CommitLog, Decision, Heartbeat
+from twopc import CommitLog
+from twopc._commit_log import Decision
+from twopc._liveness import Heartbeat
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
 

@@ -5,20 +5,26 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
 
 from twopc import (
-    Capabilities,
     CommitOutcome,
+    CommitsInTask,
+    CommitsOnDriver,
     Committable,
+    Footprint,
+    KeepsMarkers,
+    Payload,
     RecoveryScope,
     Sink,
     TaskContext,
     errors,
 )
+from twopc._paths import CommitPath
 from twopc.protocol import COMMITTABLE_FORMAT_VERSION
 
 pytestmark = pytest.mark.unit
@@ -66,10 +72,12 @@ def test_unknown_committable_format_is_rejected(fmt: object) -> None:
         del data["format"]
     else:
         data["format"] = fmt
-    with pytest.raises(ValueError, match="unsupported committable format"):
+    with pytest.raises(errors.UnsupportedFormatError, match="committable format"):
         Committable.from_json(data)
-    with pytest.raises(ValueError, match="unsupported committable format"):
+    with pytest.raises(errors.UnsupportedFormatError, match="committable format"):
         Committable.loads(json.dumps(data))
+    with pytest.raises(errors.UnsupportedFormatError, match="not JSON"):
+        Committable.loads("{no json")
 
 
 def test_defaults_of_older_committables() -> None:
@@ -87,24 +95,52 @@ def test_scopes() -> None:
     assert sample().scope == RecoveryScope("orders", "5f0c-query")
 
 
-def test_capabilities_reject_commit_on_driver_and_in_task() -> None:
-    with pytest.raises(ValueError, match="either"):
-        Capabilities(global_commit=True, commit_in_task=True)
-    in_task = Capabilities(global_commit=False, commit_in_task=True)
-    assert in_task.commit_in_task
-    default = Capabilities()
-    assert (default.global_commit, default.commit_in_task, default.modes) == (
-        True,
-        False,
-        ("append",),
+@dataclass(frozen=True)
+class _Files(Payload):
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
+
+    staging: str
+    files: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Any, version: int) -> _Files:
+        if version == 1:  # version 1 named the directory "dir"
+            return cls(data["dir"], tuple(data["files"]))
+        return cls(data["staging"], tuple(data["files"]))
+
+
+def test_a_payload_travels_as_json_and_reads_back_typed() -> None:
+    ctx = TaskContext("orders", "q", 3, 1, attempt=2)
+    committable = Committable.for_task(ctx, _Files("x/y", ("a.parquet",)))
+    assert committable.version == 2
+    assert committable.payload == {"staging": "x/y", "files": ["a.parquet"]}  # JSON's own
+    assert Committable.loads(committable.dumps()) == committable
+    assert _Files.of(committable) == _Files("x/y", ("a.parquet",))
+
+
+def test_a_payload_reads_the_older_versions_it_lists_and_refuses_others() -> None:
+    old = Committable("orders", "q", 3, 1, 0, payload={"dir": "d", "files": []}, version=1)
+    assert _Files.of(old) == _Files("d", ())
+    newer = Committable("orders", "q", 3, 1, 0, payload={"staging": "d", "files": []}, version=3)
+    with pytest.raises(errors.UnsupportedFormatError) as refused:
+        _Files.of(newer)
+    assert "_Files version 3 of batch 3 partition 1 cannot be read" in str(refused.value)
+    assert (refused.value.sink_id, refused.value.batch_id, refused.value.partition) == (
+        "orders",
+        3,
+        1,
     )
+    broken = Committable("orders", "q", 3, 1, 0, payload={"files": []}, version=2)
+    with pytest.raises(errors.UnsupportedFormatError, match="is not a _Files"):
+        _Files.of(broken)
 
 
 def test_value_types_are_immutable_and_hashable() -> None:
     ctx = TaskContext("s", "q", 0, 0)
     with pytest.raises(AttributeError):
         ctx.batch_id = 1  # type: ignore[misc]
-    assert len({Capabilities(), Capabilities()}) == 1
+    assert len({RecoveryScope("s", "q"), RecoveryScope("s", "q")}) == 1
     assert hash(ctx) == hash(TaskContext("s", "q", 0, 0))
 
 
@@ -112,7 +148,7 @@ def test_commit_outcomes() -> None:
     assert {o.value for o in CommitOutcome} == {"committed", "already_committed"}
 
 
-class _Minimal(Sink[list[pa.RecordBatch]]):
+class _Minimal(Sink[list[pa.RecordBatch]], CommitsOnDriver):
     def begin_transaction(self, ctx: TaskContext) -> list[pa.RecordBatch]:
         return []
 
@@ -135,6 +171,26 @@ class _Minimal(Sink[list[pa.RecordBatch]]):
         return []
 
 
+class _InTask(Sink[list[int]], CommitsInTask[list[int]]):
+    def begin_transaction(self, ctx: TaskContext) -> list[int]:
+        return []
+
+    def invoke(self, txn: list[int], batch: pa.RecordBatch) -> None: ...
+
+    def pre_commit(self, txn: list[int]) -> Committable:
+        return Committable("s", "q", 0, 0, 0)
+
+    def abort(self, txn: list[int]) -> None: ...
+
+    def commit_in_task(self, txn: list[int]) -> CommitOutcome:
+        return CommitOutcome.COMMITTED
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        return set()
+
+
 def test_sink_is_abstract() -> None:
     with pytest.raises(TypeError, match="abstract"):
         Sink()  # type: ignore[abstract]
@@ -146,14 +202,30 @@ def test_sink_is_abstract() -> None:
     with pytest.raises(TypeError, match="abstract"):
         Partial()  # type: ignore[abstract]
 
+    class NoMarkers(Sink[Any], CommitsInTask[Any]):
+        begin_transaction = invoke = pre_commit = abort = commit_in_task = _Minimal.abort
+
+    with pytest.raises(TypeError, match="committed_partitions"):
+        NoMarkers()  # type: ignore[abstract]
+
+
+def test_the_role_decides_the_commit_path() -> None:
+    assert CommitPath.of(_Minimal()) is CommitPath.DRIVER
+    assert CommitPath.of(_InTask()) is CommitPath.TASK
+    assert isinstance(_InTask(), KeepsMarkers)
+    assert not isinstance(_Minimal(), KeepsMarkers)
+
 
 def test_sink_defaults_for_optional_methods() -> None:
     sink = _Minimal()
     assert sink.sweep("s") == 0
-    assert sink.is_committed(RecoveryScope("s", "q"), 0) is False
+    assert sink.naming() == {}
+    assert sink.partition_columns() == ()
     assert sink.default_commit_log("s") is None
     assert sink.describe() == "custom"
-    assert sink.capabilities == Capabilities()
+    assert sink.single_task is False
+    assert "shows no pending work" in sink.inspect("s").notes[0]
+    assert _InTask().sweep_lingering("s", Footprint({}, 3)) == 0
     txn = sink.begin_transaction(TaskContext("s", "q", 0, 0))
     sink.invoke(txn, pa.record_batch({"a": [1, 2]}))
     assert sink.pre_commit(txn).payload == {"rows": 2}
@@ -200,3 +272,13 @@ def test_error_message_names_only_what_is_known() -> None:
     )
     copy = pickle.loads(pickle.dumps(errors.SinkError("boom", batch_id=0)))
     assert (copy.sink_id, copy.batch_id, copy.partition) == (None, 0, None)
+
+
+def test_the_core_stamps_a_location_once_and_keeps_what_a_sink_set() -> None:
+    error = errors.TransientSinkError("connection reset")
+    assert error.at(sink_id="orders", batch_id=4, partition=1) is error
+    assert str(error) == "sink 'orders', batch 4, partition 1: connection reset"
+    assert error.retryable
+    own = errors.PermanentSinkError("bad row", partition=7)
+    own.at(sink_id="orders", batch_id=4, partition=1)
+    assert (own.partition, str(own)) == (7, "sink 'orders', batch 4, partition 7: bad row")

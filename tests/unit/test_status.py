@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from twopc import CommitLog, Decision, TaskContext
+from twopc import CommitLog, TaskContext
+from twopc._commit_log import Decision
 
 pytestmark = pytest.mark.unit
 
@@ -73,11 +74,10 @@ def test_unprepared_leftovers_would_be_swept(tmp_path: Path) -> None:
     assert report.swept == 1 and report.ok
 
 
-class _SeenSink(twopc.Sink[None]):
+class _SeenSink(twopc.Sink[None], twopc.CommitsOnDriver):
     """A driver-commit sink whose target shows what the test says: prepared work, markers."""
 
     backend_name = "seen"
-    capabilities = twopc.Capabilities(global_commit=True, recover=True)
 
     def __init__(self, prepared: list[twopc.Committable], markers: list[tuple[int, int]] | None):
         self.prepared, self.markers = prepared, markers

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import local_query, read_ids, run_process, staged_attempts
-from twopc import CommitLog, Heartbeat
+from twopc import CommitLog
+from twopc._liveness import Heartbeat
 from twopc.cli import main
 
 SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py

@@ -1,4 +1,4 @@
-"""The conformance kit: prove a twopc sink exactly-once by subclassing one suite.
+"""Test helpers for sink authors: the conformance kit and in-memory reference sinks.
 
 Install with ``pip install "twopc[testing]"`` and write a test module::
 
@@ -14,19 +14,49 @@ Install with ``pip install "twopc[testing]"`` and write a test module::
         def read_committed(self, target):
             return [...]   # the ids a reader of the target sees now
 
-The suite checks the protocol without Spark, real ``foreachBatch`` queries, and a SIGKILL
-at every crash point followed by a restart. Tests that need a capability the sink does
-not declare are skipped with that reason. Minor releases of twopc may add checks.
+:class:`SinkConformanceSuite` runs every check and skips those of the commit role the sink
+does not have. The checks also come as one class per part of the contract, to compose:
+:class:`TaskSideChecks` (every sink), :class:`DriverCommitChecks`
+(:class:`~twopc.CommitsOnDriver`), :class:`TaskCommitChecks` (:class:`~twopc.CommitsInTask`),
+:class:`SparkChecks` (real ``foreachBatch`` queries) and :class:`CrashChecks` (SIGKILL at
+every crash point, then a restart). Each test gets a fresh target from the ``target``
+fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
+
+:class:`MemoryDriverSink` and :class:`MemoryTaskSink` are complete sinks of each role that
+keep their target in memory (in one process), for reading and for tests of code around a
+sink. Minor releases of twopc may add checks.
 """
 
+from twopc.testing._base import GUARANTEES, SinkChecks, guarantee
+from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
+from twopc.testing._crash_checks import CrashChecks, crash_points
+from twopc.testing._memory import (
+    MemoryDriverSink,
+    MemoryPayload,
+    MemoryStore,
+    MemoryTaskSink,
+    memory_store,
+)
 from twopc.testing._runner import batch_ids, default_batch
-from twopc.testing._suite import GUARANTEES, SinkConformanceSuite, crash_points, guarantee
+from twopc.testing._spark_checks import SparkChecks
+from twopc.testing._suite import SinkConformanceSuite
 
 __all__ = [
     "GUARANTEES",
+    "CrashChecks",
+    "DriverCommitChecks",
+    "MemoryDriverSink",
+    "MemoryPayload",
+    "MemoryStore",
+    "MemoryTaskSink",
+    "SinkChecks",
     "SinkConformanceSuite",
+    "SparkChecks",
+    "TaskCommitChecks",
+    "TaskSideChecks",
     "batch_ids",
     "crash_points",
     "default_batch",
     "guarantee",
+    "memory_store",
 ]

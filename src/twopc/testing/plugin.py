@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from twopc.testing._suite import GUARANTEES
+from twopc.testing._base import GUARANTEES
 
 _RESULTS_KEY = pytest.StashKey[dict[str, dict[str, list[str]]]]()
 

@@ -32,26 +32,38 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 import pyarrow as pa
 from twopc import (
-    Capabilities,
     CommitError,
     CommitOutcome,
+    CommitsOnDriver,
     Committable,
     ConfigurationError,
+    Payload,
     PermanentSinkError,
     Sink,
-    SinkError,
     TaskContext,
     TransientSinkError,
 )
 
-__all__ = ["PAYLOAD_VERSION", "SqliteSink", "SqliteTransaction"]
+from twopc_sqlite._db import connect, rows, schema_problem, sink_error, write
 
-PAYLOAD_VERSION = 1
-"""Version of this sink's committable payload (``{"txn", "table", "rows"}``)."""
+__all__ = ["SqlitePayload", "SqliteSink", "SqliteTransaction"]
+
+
+@dataclass(frozen=True)
+class SqlitePayload(Payload):
+    """A prepared task: its SQLite transaction id, the table and the row count. The version
+    is checked when a committable is read back (``SqlitePayload.of``)."""
+
+    version: ClassVar[int] = 1
+
+    txn: str
+    table: str
+    rows: int
+
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_PREFIX = "twopc_"
@@ -66,7 +78,7 @@ class SqliteTransaction:
     rows: int = 0
 
 
-class SqliteSink(Sink[SqliteTransaction]):
+class SqliteSink(Sink[SqliteTransaction], CommitsOnDriver):
     """Exactly-once append into ``table`` (columns ``id INTEGER``, ``payload TEXT``).
 
     Args:
@@ -76,13 +88,6 @@ class SqliteSink(Sink[SqliteTransaction]):
     """
 
     backend_name = "sqlite"
-    capabilities = Capabilities(
-        global_commit=True,
-        commit_in_task=False,
-        atomic_batch_visibility=False,
-        recover=True,
-        modes=("append",),
-    )
 
     def __init__(self, path: str, *, table: str = "rows", timeout: float = 30.0) -> None:
         if not isinstance(path, str) or not path:
@@ -109,19 +114,9 @@ class SqliteSink(Sink[SqliteTransaction]):
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        try:
-            connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        except sqlite3.Error as exc:  # a missing directory, a file that is not a database
-            raise SinkError(f"sqlite sink: cannot open {self.path}: {exc}") from exc
-        try:
-            connection.execute("PRAGMA synchronous=FULL")
-            mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal":
-                connection.execute("PRAGMA journal_mode=WAL")
+        with connect(self.path, self.timeout) as connection:
             self._create_tables(connection)
             yield connection
-        finally:
-            connection.close()
 
     def _create_tables(self, connection: sqlite3.Connection) -> None:
         names = {"twopc_staging", "twopc_prepared", "twopc_markers", self.table}
@@ -131,7 +126,7 @@ class SqliteSink(Sink[SqliteTransaction]):
         ).fetchone()[0]
         if found == len(names):
             return  # the usual case: no write lock needed
-        with _write(connection):
+        with write(connection):
             connection.execute(
                 f'CREATE TABLE IF NOT EXISTS "{self.table}" (id INTEGER, payload TEXT)'
             )
@@ -158,43 +153,31 @@ class SqliteSink(Sink[SqliteTransaction]):
         return SqliteTransaction(ctx)
 
     def invoke(self, txn: SqliteTransaction, batch: pa.RecordBatch) -> None:
-        problem = _schema_problem(batch.schema)
+        problem = schema_problem(batch.schema)
         if problem:
-            raise PermanentSinkError(
-                f"cannot write to table {self.table!r}: {problem}",
-                sink_id=txn.ctx.sink_id,
-                batch_id=txn.ctx.batch_id,
-                partition=txn.ctx.partition,
-            )
+            raise PermanentSinkError(f"cannot write to table {self.table!r}: {problem}")
         txn.batches.append(batch)
         txn.rows += batch.num_rows
 
     def pre_commit(self, txn: SqliteTransaction) -> Committable:
         ctx = txn.ctx
         txn_id = uuid.uuid4().hex
-        committable = Committable.for_task(
-            ctx, {"txn": txn_id, "table": self.table, "rows": txn.rows}, PAYLOAD_VERSION
-        )
+        committable = Committable.for_task(ctx, SqlitePayload(txn_id, self.table, txn.rows))
         try:
-            with self._connect() as connection, _write(connection):
+            with self._connect() as connection, write(connection):
                 for batch in txn.batches:
                     connection.executemany(
                         "INSERT INTO twopc_staging (txn, id, payload) VALUES (?, ?, ?)",
-                        _rows(txn_id, batch),
+                        ((txn_id, *row) for row in rows(batch)),
                     )
                 connection.execute(
                     "INSERT INTO twopc_prepared (txn, sink_id, committable) VALUES (?, ?, ?)",
                     (txn_id, ctx.sink_id, committable.dumps()),
                 )
         except (sqlite3.IntegrityError, OverflowError) as exc:
-            raise PermanentSinkError(
-                f"cannot stage rows: {exc}",
-                sink_id=ctx.sink_id,
-                batch_id=ctx.batch_id,
-                partition=ctx.partition,
-            ) from exc
+            raise PermanentSinkError(f"cannot stage rows: {exc}") from exc
         except sqlite3.Error as exc:
-            raise _sink_error(exc, ctx.sink_id, ctx.batch_id, ctx.partition) from exc
+            raise sink_error(exc) from exc
         txn.batches.clear()
         return committable
 
@@ -212,16 +195,14 @@ class SqliteSink(Sink[SqliteTransaction]):
                 try:
                     outcomes.append(self._commit_one(connection, committable))
                 except sqlite3.Error as exc:
-                    raise _sink_error(
-                        exc, committable.sink_id, committable.batch_id, committable.partition
-                    ) from exc
+                    raise sink_error(exc) from exc
         return outcomes
 
     def _commit_one(
         self, connection: sqlite3.Connection, committable: Committable
     ) -> CommitOutcome:
-        txn_id = _txn_id(committable)
-        with _write(connection):
+        txn_id = SqlitePayload.of(committable).txn
+        with write(connection):
             marker = connection.execute(
                 "SELECT 1 FROM twopc_markers WHERE txn = ?", (txn_id,)
             ).fetchone()
@@ -233,10 +214,7 @@ class SqliteSink(Sink[SqliteTransaction]):
             if prepared is None:
                 raise CommitError(
                     f"transaction {txn_id} is neither prepared nor committed: it was aborted "
-                    "or removed outside twopc",
-                    sink_id=committable.sink_id,
-                    batch_id=committable.batch_id,
-                    partition=committable.partition,
+                    "or removed outside twopc"
                 )
             # Data, marker and clean-up in one SQLite transaction: all or nothing.
             connection.execute(
@@ -262,12 +240,11 @@ class SqliteSink(Sink[SqliteTransaction]):
         return CommitOutcome.COMMITTED
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
-        txn_ids = [c.payload.get("txn") for c in committables]
-        txn_ids = [t for t in txn_ids if isinstance(t, str)]  # unknown work is ignored
+        txn_ids = [SqlitePayload.of(c).txn for c in committables]
         if not txn_ids:
             return
         try:
-            with self._connect() as connection, _write(connection):
+            with self._connect() as connection, write(connection):
                 for txn_id in txn_ids:
                     connection.execute("DELETE FROM twopc_staging WHERE txn = ?", (txn_id,))
                     connection.execute("DELETE FROM twopc_prepared WHERE txn = ?", (txn_id,))
@@ -286,75 +263,3 @@ class SqliteSink(Sink[SqliteTransaction]):
         except sqlite3.Error as exc:
             raise TransientSinkError(f"sqlite sink: recover failed: {exc}") from exc
         return [Committable.loads(text) for (text,) in rows]
-
-
-@contextmanager
-def _write(connection: sqlite3.Connection) -> Iterator[None]:
-    """A short write transaction: takes the write lock up front (waiting up to the busy
-    timeout), commits on success, rolls back on any error."""
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    connection.execute("COMMIT")
-
-
-def _schema_problem(schema: pa.Schema) -> str | None:
-    names = schema.names
-    extra = [n for n in names if n not in ("id", "payload")]
-    if extra:
-        return f"unknown column(s) {extra}; the table has id and payload"
-    if "id" not in names:
-        return f"no id column (columns: {names})"
-    id_type = schema.field("id").type
-    if not pa.types.is_integer(id_type) or id_type == pa.uint64():
-        return f"column id must be a signed integer or smaller unsigned integer, not {id_type}"
-    if "payload" in names:
-        payload_type = schema.field("payload").type
-        if not (
-            pa.types.is_string(payload_type)
-            or pa.types.is_large_string(payload_type)
-            or pa.types.is_null(payload_type)
-        ):
-            return f"column payload must be a string, not {payload_type}"
-    return None
-
-
-def _rows(txn_id: str, batch: pa.RecordBatch) -> Iterator[tuple[str, Any, Any]]:
-    ids = batch.column("id").to_pylist()
-    if "payload" in batch.schema.names:
-        payloads = batch.column("payload").to_pylist()
-    else:
-        payloads = [None] * len(ids)
-    for row_id, payload in zip(ids, payloads, strict=True):
-        yield txn_id, row_id, payload
-
-
-def _txn_id(committable: Committable) -> str:
-    if committable.version > PAYLOAD_VERSION:
-        raise CommitError(
-            f"committable payload version {committable.version} was written by a newer "
-            f"twopc-sqlite (this one reads up to {PAYLOAD_VERSION}); upgrade it",
-            sink_id=committable.sink_id,
-            batch_id=committable.batch_id,
-            partition=committable.partition,
-        )
-    txn_id = committable.payload.get("txn")
-    if not isinstance(txn_id, str):
-        raise CommitError(
-            "committable has no sqlite transaction id; it was not prepared by this sink",
-            sink_id=committable.sink_id,
-            batch_id=committable.batch_id,
-            partition=committable.partition,
-        )
-    return txn_id
-
-
-def _sink_error(exc: sqlite3.Error, sink_id: str, batch_id: int, partition: int) -> SinkError:
-    """A locked database (another writer past the timeout) may clear up: retryable."""
-    error_type = TransientSinkError if isinstance(exc, sqlite3.OperationalError) else SinkError
-    return error_type(
-        f"sqlite error: {exc}", sink_id=sink_id, batch_id=batch_id, partition=partition
-    )

@@ -13,13 +13,18 @@ from pathlib import Path
 import twopc
 from twopc import Sink
 
-__all__ = ["make_sink", "read_ids"]
+__all__ = ["make_sink", "make_task_sink", "read_ids"]
 
 
 def make_sink(target: str) -> Sink[object]:
     """The kit's factory: ``target`` is a database file path. Goes through the plugin
     registry, so the entry point is exercised too."""
     return twopc.create_sink("sqlite", path=target, table="rows")
+
+
+def make_task_sink(target: str) -> Sink[object]:
+    """The same for the sink that commits in the task."""
+    return twopc.create_sink("sqlite-task", path=target, table="rows")
 
 
 def read_ids(target: str, table: str = "rows") -> list[int]:

@@ -1,0 +1,84 @@
+"""What a phase-1 task sends back to the driver: a small, versioned, JSON report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from twopc._metrics import TaskMetrics
+from twopc.errors import UnsupportedFormatError
+from twopc.protocol import Committable
+
+__all__ = ["TaskOutcome", "TaskReport"]
+
+
+class TaskOutcome(StrEnum):
+    """How a task left its partition of the batch."""
+
+    PREPARED = "prepared"
+    """Prepared; the driver commits it after the decision (``CommitsOnDriver``)."""
+    COMMITTED = "committed"
+    """Committed by the task itself, with its marker (``CommitsInTask``)."""
+    ALREADY_COMMITTED = "already_committed"
+    """The task found its marker: committed before, nothing written this time."""
+    REJECTED = "rejected"
+    """The sink refused the data for good (``PermanentSinkError``): the batch fails."""
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """One task's report. ``format`` is checked on read: a driver and executors running
+    different twopc versions fail clearly instead of misreading each other."""
+
+    FORMAT: ClassVar[int] = 2
+
+    partition: int
+    attempt: int
+    outcome: TaskOutcome
+    committable: Committable | None
+    rows: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    """Why the sink rejected the data (``REJECTED`` only)."""
+
+    def dumps(self) -> str:
+        body: dict[str, Any] = {
+            "format": self.FORMAT,
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "outcome": self.outcome.value,
+            "committable": None if self.committable is None else self.committable.to_json(),
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "error": self.error,
+        }
+        return json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> TaskReport:
+        body = json.loads(text)
+        if body.get("format") != cls.FORMAT:
+            raise UnsupportedFormatError(
+                f"a task reported in format {body.get('format')!r}, this driver reads format "
+                f"{cls.FORMAT}: the executors run another twopc version than the driver "
+                "(install the same version everywhere, e.g. through PYSPARK_PYTHON)"
+            )
+        raw = body.get("committable")
+        return cls(
+            partition=int(body["partition"]),
+            attempt=int(body["attempt"]),
+            outcome=TaskOutcome(body["outcome"]),
+            committable=None if raw is None else Committable.from_json(raw),
+            rows=int(body.get("rows", 0)),
+            bytes=int(body.get("bytes", 0)),
+            seconds=float(body.get("seconds", 0.0)),
+            error=body.get("error"),
+        )
+
+    @property
+    def metrics(self) -> TaskMetrics:
+        return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)

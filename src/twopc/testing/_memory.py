@@ -1,0 +1,194 @@
+"""Reference sinks that keep everything in memory: one per commit role.
+
+They are the smallest complete implementations of the contract, for reading and for tests
+of code around a sink (the core's own unit tests use them). State lives in a
+:class:`MemoryStore` looked up by name in this process, so they work with engines that
+run tasks in the same process (``twopc.local.foreach_batch(..., processes=False)``), not
+across processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import pyarrow as pa
+
+from twopc.errors import CommitError, PermanentSinkError
+from twopc.protocol import (
+    CommitOutcome,
+    CommitsInTask,
+    CommitsOnDriver,
+    Committable,
+    Footprint,
+    Inspection,
+    Payload,
+    PendingWork,
+    RecoveryScope,
+    Sink,
+    TargetMarker,
+    TaskContext,
+)
+
+__all__ = ["MemoryDriverSink", "MemoryPayload", "MemoryStore", "MemoryTaskSink", "memory_store"]
+
+_STORES: dict[str, MemoryStore] = {}
+_LOCK = threading.RLock()
+
+
+@dataclass
+class MemoryStore:
+    """The target of the memory sinks: visible rows, prepared rows, markers."""
+
+    visible: list[int] = field(default_factory=list)
+    prepared: dict[str, tuple[Committable, list[int]]] = field(default_factory=dict)
+    committed: set[str] = field(default_factory=set)
+    markers: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    """(sink id, query id, partition) -> newest committed batch."""
+
+    def clear(self) -> None:
+        self.visible.clear()
+        self.prepared.clear()
+        self.committed.clear()
+        self.markers.clear()
+
+
+def memory_store(name: str) -> MemoryStore:
+    """The store called ``name`` in this process, created empty on first use."""
+    with _LOCK:
+        return _STORES.setdefault(name, MemoryStore())
+
+
+@dataclass(frozen=True)
+class MemoryPayload(Payload):
+    """Where a task's rows wait for the commit (the store's ``prepared`` key)."""
+
+    version: ClassVar[int] = 1
+
+    key: str
+    rows: int
+
+
+@dataclass
+class MemoryTransaction:
+    ctx: TaskContext
+    ids: list[int] = field(default_factory=list)
+    skip: bool = False
+
+
+_KEYS = itertools.count()
+
+
+class _MemorySink(Sink[MemoryTransaction]):
+    """The task side both memory sinks share: collect the ``id`` column of each batch."""
+
+    backend_name = "memory"
+
+    def __init__(self, store: str = "default") -> None:
+        self.store_name = store
+
+    @property
+    def store(self) -> MemoryStore:
+        return memory_store(self.store_name)
+
+    def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
+        return MemoryTransaction(ctx)
+
+    def invoke(self, txn: MemoryTransaction, batch: pa.RecordBatch) -> None:
+        if "id" not in batch.schema.names:
+            raise PermanentSinkError(f"no id column (columns: {batch.schema.names})")
+        txn.ids.extend(int(i) for i in batch.column("id").to_pylist())
+
+    def abort(self, txn: MemoryTransaction) -> None:
+        txn.ids.clear()
+
+    def describe(self) -> str:
+        return f"memory store {self.store_name!r}"
+
+
+class MemoryDriverSink(_MemorySink, CommitsOnDriver):
+    """Prepared rows wait in the store until the driver commits them."""
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        key = f"{txn.ctx.query_id}/{txn.ctx.batch_id}/{txn.ctx.partition}/{next(_KEYS)}"
+        committable = Committable.for_task(txn.ctx, MemoryPayload(key, len(txn.ids)))
+        with _LOCK:
+            self.store.prepared[key] = (committable, list(txn.ids))
+        return committable
+
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        outcomes = []
+        with _LOCK:
+            for committable in committables:
+                key = MemoryPayload.of(committable).key
+                if key in self.store.committed:
+                    outcomes.append(CommitOutcome.ALREADY_COMMITTED)
+                    continue
+                if key not in self.store.prepared:
+                    raise CommitError(f"prepared rows {key} are gone")
+                _, ids = self.store.prepared.pop(key)
+                self.store.visible.extend(ids)
+                self.store.committed.add(key)
+                outcomes.append(CommitOutcome.COMMITTED)
+        return outcomes
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        with _LOCK:
+            for committable in committables:
+                self.store.prepared.pop(MemoryPayload.of(committable).key, None)
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        with _LOCK:
+            return [c for c, _ in self.store.prepared.values() if c.sink_id == sink_id]
+
+    def inspect(self, sink_id: str) -> Inspection:
+        return Inspection(
+            pending=tuple(
+                PendingWork.prepared(c, MemoryPayload.of(c).key) for c in self.recover(sink_id)
+            )
+        )
+
+
+class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction]):
+    """Each task appends its rows and its marker in one step; a task whose marker shows
+    its batch writes nothing."""
+
+    def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
+        with _LOCK:
+            newest = self.store.markers.get((ctx.sink_id, ctx.query_id, ctx.partition), -1)
+        return MemoryTransaction(ctx, skip=newest >= ctx.batch_id)
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        return Committable.for_task(txn.ctx, MemoryPayload("", 0 if txn.skip else len(txn.ids)))
+
+    def commit_in_task(self, txn: MemoryTransaction) -> CommitOutcome:
+        if txn.skip:
+            return CommitOutcome.ALREADY_COMMITTED
+        ctx = txn.ctx
+        with _LOCK:
+            self.store.visible.extend(txn.ids)
+            self.store.markers[(ctx.sink_id, ctx.query_id, ctx.partition)] = ctx.batch_id
+        txn.ids = []
+        return CommitOutcome.COMMITTED
+
+    def committed_partitions(
+        self, scope: RecoveryScope, batch_id: int, footprint: Footprint
+    ) -> set[int] | None:
+        with _LOCK:
+            return {
+                partition
+                for (sink_id, query_id, partition), batch in self.store.markers.items()
+                if (sink_id, query_id) == (scope.sink_id, scope.query_id) and batch >= batch_id
+            }
+
+    def inspect(self, sink_id: str) -> Inspection:
+        with _LOCK:
+            markers = tuple(
+                TargetMarker(query_id, partition, batch)
+                for (owner, query_id, partition), batch in self.store.markers.items()
+                if owner == sink_id
+            )
+        return Inspection(markers=markers)
