@@ -15,8 +15,8 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
@@ -30,7 +30,20 @@ from confluent_kafka.admin import AdminClient
 # confluent-kafka's own type hints do not declare these re-exports
 from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]  # isort: skip
 
-__all__ = ["LoggedMarker", "ensure_marker_log", "marker_record", "read_marker_log", "restore"]
+from twopc import Footprint, PermanentSinkError, RecoveryScope, TargetMarker
+from twopc_kafka._clients import KafkaClients
+
+if TYPE_CHECKING:
+    from twopc_kafka._markers import Markers
+
+__all__ = [
+    "LoggedMarker",
+    "MarkerLog",
+    "ensure_marker_log",
+    "marker_record",
+    "read_marker_log",
+    "restore",
+]
 
 _log = logging.getLogger("twopc.kafka")
 
@@ -190,3 +203,71 @@ def restore(
         for tp in result.topic_partitions or ():
             if tp.error is not None:
                 raise KafkaException(tp.error)
+
+
+@dataclass
+class MarkerLog:
+    """The sink's marker log topic: created or checked once per process, read only when
+    marker groups are missing."""
+
+    clients: KafkaClients
+    topic: str
+    _ready: bool = field(default=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ready": False}  # checked again in each process
+
+    def ensure(self, admin: AdminClient) -> None:
+        """Create the topic (compacted, one partition), or check the existing one."""
+        if self._ready:
+            return
+        try:
+            ensure_marker_log(admin, self.topic, self.clients.timeout)
+        except ValueError as exc:
+            raise PermanentSinkError(str(exc)) from exc
+        self._ready = True
+
+    def restore_missing(
+        self,
+        admin: AdminClient,
+        scope: RecoveryScope,
+        markers: Markers,
+        footprint: Footprint,
+        present: list[TargetMarker],
+    ) -> list[TargetMarker]:
+        """Markers the log holds for groups the broker no longer has (or holds behind),
+        committed to their groups again so that the tasks read them as usual. The log is
+        read only when groups are missing: none for the query, or fewer than the
+        footprint's partitions."""
+        self.ensure(admin)
+        mine = {m.partition: m.batch_id for m in present if m.query_id == scope.query_id}
+        if mine and len(mine) >= footprint.partitions:
+            return []
+        key_prefix = markers.group(scope.sink_id, scope.query_id, 0)[:-1]  # "<...>.p"
+        try:
+            logged = read_marker_log(
+                self.clients.admin_only(), self.topic, key_prefix, self.clients.timeout
+            )
+        except ValueError as exc:
+            raise PermanentSinkError(str(exc)) from exc
+        lost = sorted(
+            (
+                m
+                for m in logged.values()
+                if m.query_id == scope.query_id and mine.get(m.partition, -1) < m.batch_id
+            ),
+            key=lambda m: m.partition,
+        )
+        if not lost:
+            return []
+        restore(admin, markers.topic, lost, self.clients.timeout)
+        _log.warning(
+            "sink %r query %s: %d marker group(s) were gone from the broker (expired after "
+            "offsets.retention.minutes?); restored from the marker log %r: %s",
+            scope.sink_id,
+            scope.query_id,
+            len(lost),
+            self.topic,
+            ", ".join(f"p{m.partition}=batch {m.batch_id}" for m in lost),
+        )
+        return [TargetMarker(m.query_id, m.partition, m.batch_id) for m in lost]

@@ -63,3 +63,96 @@ def test_exported_classes_pickle_by_reference(name: str) -> None:
 def test_version_is_a_string() -> None:
     assert isinstance(twopc.__version__, str)
     assert twopc.__version__.count(".") >= 1
+
+
+# What users and plugin authors get: a change here is an API change, and needs a line in the
+# CHANGELOG.
+PUBLIC = {
+    twopc: [
+        "Action",
+        "BackendInfo",
+        "BackendNotFoundError",
+        "BackendNotInstalledError",
+        "BackendUnavailableError",
+        "BatchFailedError",
+        "BatchMetrics",
+        "BatchStatus",
+        "CheckpointMismatchError",
+        "CommitError",
+        "CommitLog",
+        "CommitOutcome",
+        "CommitStateUnknownError",
+        "CommitsInTask",
+        "CommitsOnDriver",
+        "Committable",
+        "ConfigurationError",
+        "CrashPoint",
+        "FaultPlan",
+        "Footprint",
+        "InjectedFault",
+        "Inspection",
+        "ItemKind",
+        "KeepsMarkers",
+        "Payload",
+        "PendingWork",
+        "PermanentSinkError",
+        "PluginError",
+        "PluginRegistry",
+        "QueryStatus",
+        "RecoveryReport",
+        "RecoveryScope",
+        "ReplayMismatchError",
+        "RetryPolicy",
+        "Sink",
+        "SinkError",
+        "SinkSpec",
+        "SinkStatus",
+        "SparkBatchWriter",
+        "StatusItem",
+        "TargetMarker",
+        "TaskContext",
+        "TaskMetrics",
+        "TransientSinkError",
+        "TwoPCError",
+        "UnsupportedFormatError",
+        "WorkKind",
+        "WriterStatus",
+        "__version__",
+        "create_sink",
+        "foreach_batch",
+        "hookimpl",
+        "list_backends",
+        "recover_sink",
+        "sink_status",
+    ],
+    twopc_files: ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"],
+}
+
+
+@pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)
+def test_the_public_names_are_pinned(module: types.ModuleType) -> None:
+    assert module.__all__ == PUBLIC[module]
+
+
+def test_the_testing_helpers_are_pinned() -> None:
+    import twopc.testing
+
+    assert twopc.testing.__all__ == [
+        "GUARANTEES",
+        "CrashChecks",
+        "DriverCommitChecks",
+        "MemoryDriverSink",
+        "MemoryPayload",
+        "MemoryStore",
+        "MemoryTaskSink",
+        "SinkChecks",
+        "SinkConformanceSuite",
+        "SparkChecks",
+        "TaskCommitChecks",
+        "TaskSideChecks",
+        "batch_ids",
+        "crash_points",
+        "default_batch",
+        "guarantee",
+        "memory_store",
+    ]

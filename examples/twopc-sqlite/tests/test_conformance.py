@@ -21,38 +21,37 @@ from twopc.testing import (
 from twopc_sqlite.testing import read_ids
 
 
-class TestSqliteConformance(TaskSideChecks, DriverCommitChecks, SparkChecks, CrashChecks):
+class _SqliteFile:
+    """The target of both sinks: a database file per test, read back with SELECT."""
+
+    large_rows = 100_000
+
+    def new_target(self, tmp_path: Path) -> str:
+        return str(tmp_path / "target.sqlite3")
+
+    def read_committed(self, target: str) -> list[int]:
+        return read_ids(target)
+
+    def bad_batch(self) -> pa.RecordBatch:
+        # ids that are not integers: the sinks reject the batch before anything is written
+        return pa.record_batch({"id": pa.array(["not-a-number"]), "payload": pa.array(["x"])})
+
+
+class TestSqliteConformance(
+    _SqliteFile, TaskSideChecks, DriverCommitChecks, SparkChecks, CrashChecks
+):
     """Every check that applies to a sink that commits on the driver (``SqliteSink`` is a
     ``twopc.CommitsOnDriver``); ``SinkConformanceSuite`` would run the same and skip the
     in-task checks."""
 
     # importable in the kit's fresh processes: it lives in the installed package
     sink_factory = "twopc_sqlite.testing:make_sink"
-    large_rows = 100_000
-
-    def new_target(self, tmp_path: Path) -> str:
-        return str(tmp_path / "target.sqlite3")
-
-    def read_committed(self, target: str) -> list[int]:
-        return read_ids(target)
-
-    def bad_batch(self) -> pa.RecordBatch:
-        # ids that are not integers: the sink rejects the batch before anything is staged
-        return pa.record_batch({"id": pa.array(["not-a-number"]), "payload": pa.array(["x"])})
 
 
-class TestSqliteTaskConformance(TaskSideChecks, TaskCommitChecks, SparkChecks, CrashChecks):
+class TestSqliteTaskConformance(
+    _SqliteFile, TaskSideChecks, TaskCommitChecks, SparkChecks, CrashChecks
+):
     """Every check that applies to a sink that commits in the task (``SqliteTaskSink`` is a
     ``twopc.CommitsInTask``)."""
 
     sink_factory = "twopc_sqlite.testing:make_task_sink"
-    large_rows = 100_000
-
-    def new_target(self, tmp_path: Path) -> str:
-        return str(tmp_path / "target.sqlite3")
-
-    def read_committed(self, target: str) -> list[int]:
-        return read_ids(target)
-
-    def bad_batch(self) -> pa.RecordBatch:
-        return pa.record_batch({"id": pa.array(["not-a-number"]), "payload": pa.array(["x"])})

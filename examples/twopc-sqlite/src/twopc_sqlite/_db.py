@@ -3,15 +3,31 @@ and the checks of the target table's two columns."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
-from twopc import SinkError, TransientSinkError
+from twopc import ConfigurationError, SinkError, TransientSinkError
 
-__all__ = ["connect", "rows", "schema_problem", "sink_error", "write"]
+__all__ = ["check_options", "connect", "rows", "schema_problem", "sink_error", "write"]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_PREFIX = "twopc_"
+
+
+def check_options(backend: str, path: str, table: str) -> None:
+    """A database path, and a target table that is a plain identifier (it is put into SQL
+    text, quoted) and not one of the sinks' own tables."""
+    if not isinstance(path, str) or not path:
+        raise ConfigurationError(f"{backend} sink: path must be a non-empty string")
+    if not _IDENTIFIER.fullmatch(table) or table.lower().startswith(_RESERVED_PREFIX):
+        raise ConfigurationError(
+            f"{backend} sink: table must be a plain identifier not starting with "
+            f"{_RESERVED_PREFIX!r}, not {table!r}"
+        )
 
 
 @contextmanager

@@ -25,7 +25,6 @@ mode (readers do not block the writer) and a busy timeout, and every write is a 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 import uuid
@@ -40,7 +39,6 @@ from twopc import (
     CommitOutcome,
     CommitsOnDriver,
     Committable,
-    ConfigurationError,
     Payload,
     PermanentSinkError,
     Sink,
@@ -48,7 +46,7 @@ from twopc import (
     TransientSinkError,
 )
 
-from twopc_sqlite._db import connect, rows, schema_problem, sink_error, write
+from twopc_sqlite._db import check_options, connect, rows, schema_problem, sink_error, write
 
 __all__ = ["SqlitePayload", "SqliteSink", "SqliteTransaction"]
 
@@ -63,10 +61,6 @@ class SqlitePayload(Payload):
     txn: str
     table: str
     rows: int
-
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED_PREFIX = "twopc_"
 
 
 @dataclass
@@ -90,13 +84,7 @@ class SqliteSink(Sink[SqliteTransaction], CommitsOnDriver):
     backend_name = "sqlite"
 
     def __init__(self, path: str, *, table: str = "rows", timeout: float = 30.0) -> None:
-        if not isinstance(path, str) or not path:
-            raise ConfigurationError("sqlite sink: path must be a non-empty string")
-        if not _IDENTIFIER.fullmatch(table) or table.lower().startswith(_RESERVED_PREFIX):
-            raise ConfigurationError(
-                f"sqlite sink: table must be a plain identifier not starting with "
-                f"{_RESERVED_PREFIX!r}, not {table!r}"
-            )
+        check_options("sqlite", path, table)
         self.path = path
         self.table = table
         self.timeout = float(timeout)

@@ -22,7 +22,6 @@ Nothing is ever left prepared, so there is nothing to recover or sweep.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from twopc import (
     CommitOutcome,
     CommitsInTask,
     Committable,
-    ConfigurationError,
     Footprint,
     Inspection,
     Payload,
@@ -44,12 +42,9 @@ from twopc import (
     TaskContext,
 )
 
-from twopc_sqlite._db import connect, rows, schema_problem, sink_error
+from twopc_sqlite._db import check_options, connect, rows, schema_problem, sink_error
 
 __all__ = ["SqliteTaskPayload", "SqliteTaskSink", "SqliteTaskTransaction"]
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED_PREFIX = "twopc_"
 
 
 @dataclass(frozen=True)
@@ -87,13 +82,7 @@ class SqliteTaskSink(Sink[SqliteTaskTransaction], CommitsInTask[SqliteTaskTransa
     backend_name = "sqlite-task"
 
     def __init__(self, path: str, *, table: str = "rows", timeout: float = 30.0) -> None:
-        if not isinstance(path, str) or not path:
-            raise ConfigurationError("sqlite-task sink: path must be a non-empty string")
-        if not _IDENTIFIER.fullmatch(table) or table.lower().startswith(_RESERVED_PREFIX):
-            raise ConfigurationError(
-                f"sqlite-task sink: table must be a plain identifier not starting with "
-                f"{_RESERVED_PREFIX!r}, not {table!r}"
-            )
+        check_options("sqlite-task", path, table)
         self.path = path
         self.table = table
         self.timeout = float(timeout)

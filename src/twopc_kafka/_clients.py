@@ -1,0 +1,72 @@
+"""The librdkafka clients the Kafka sink makes: transactional producers, an admin client,
+consumers that read marker groups. One place for the settings they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from twopc_kafka._errors import ClientErrors
+
+__all__ = ["ENFORCED", "KafkaClients"]
+
+ENFORCED = {"enable.idempotence": True, "acks": "all"}
+"""Producer settings exactly-once needs; a user setting that contradicts them is refused."""
+_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer")
+_PRODUCER_ONLY = ("linger.ms", "batch.size", "compression.type", "queue.buffering")
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """Connection settings, passed through to every client (TLS, SASL ...)."""
+
+    bootstrap_servers: str
+    config: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 30.0
+    """Seconds any one blocking call may take."""
+    transaction_timeout_ms: int = 60_000
+
+    def base(self) -> dict[str, Any]:
+        return {**self.config, "bootstrap.servers": self.bootstrap_servers}
+
+    def admin_only(self) -> dict[str, Any]:
+        """The settings for admin clients and consumers: without producer-only keys."""
+        return {k: v for k, v in self.base().items() if not k.startswith(_PRODUCER_ONLY)}
+
+    def redacted(self) -> dict[str, Any]:
+        """The user's settings with secrets masked, for ``repr``."""
+        return {k: ("***" if k.startswith(_SECRET_KEYS) else v) for k, v in self.config.items()}
+
+    def request_timeout_ms(self) -> int:
+        """librdkafka's ``socket.timeout.ms`` for the producers: the operation timeout."""
+        return max(10, min(int(self.timeout * 1000), self.transaction_timeout_ms))
+
+    def producer(self, transactional_id: str, errors: ClientErrors | None = None) -> Any:
+        config = {
+            # A Python callback per delivered record costs more than producing it; failures
+            # still report, and flush() still waits for every record.
+            "delivery.report.only.error": True,
+            # A stalled broker answers nothing, and librdkafka then waits for each request
+            # until socket.timeout.ms (60 s, capped at transaction.timeout.ms), whatever the
+            # call's own timeout: send_offsets_to_transaction would block that long.
+            "socket.timeout.ms": self.request_timeout_ms(),
+            **self.base(),
+            **ENFORCED,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        }
+        if errors is not None and "error_cb" not in config:
+            config["error_cb"] = errors
+        return Producer(config)
+
+    def admin(self, errors: ClientErrors | None = None) -> Any:
+        config = self.admin_only()
+        if errors is not None:
+            config["error_cb"] = errors
+        return AdminClient(config)
+
+    def consumer(self, group_id: str, **settings: Any) -> Any:
+        return Consumer({**self.admin_only(), "group.id": group_id, **settings})

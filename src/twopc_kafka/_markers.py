@@ -1,0 +1,110 @@
+"""The Kafka sink's commit markers: a consumer group per (sink, query, partition) whose
+committed offset on partition 0 of the marker topic is the last committed batch plus one.
+
+The offset is committed in the same transaction as the data (``send_offsets_to_transaction``),
+so it becomes visible exactly when the data does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+from twopc import TargetMarker
+from twopc_kafka._clients import KafkaClients
+from twopc_kafka._coordinator_wait import retry_while_coordinator_busy
+
+__all__ = ["MarkerGroup", "Markers"]
+
+_log = logging.getLogger("twopc.kafka")
+
+MarkerGroup = tuple[str, str, int]
+"""(group name, query id, partition)."""
+
+
+@dataclass(frozen=True)
+class Markers:
+    """The marker groups of the sinks with one ``transactional_id_prefix``."""
+
+    clients: KafkaClients
+    topic: str
+    """The marker topic: its partition 0 carries the offsets."""
+    prefix: str
+
+    def group(self, sink_id: str, query_id: str, partition: int) -> str:
+        return f"{self.prefix}.{sink_id}.{query_id}.p{partition}"
+
+    def offset(self, batch_id: int, query_id: str) -> TopicPartition:
+        """The marker a transaction of ``batch_id`` commits."""
+        metadata = json.dumps({"query_id": query_id, "batch_id": batch_id})
+        return TopicPartition(self.topic, 0, batch_id + 1, metadata=metadata)
+
+    def committed_batch(self, sink_id: str, query_id: str, partition: int) -> int | None:
+        """The last batch this partition committed, from its marker group's offset.
+
+        A group coordinator that is still loading or moving (a fresh or restarted broker)
+        answers with a retriable error; that is waited out within the operation timeout,
+        never read as "no marker", which would write a committed batch again. Raises
+        ``KafkaException`` when the broker does not answer.
+        """
+        group = self.group(sink_id, query_id, partition)
+        position = retry_while_coordinator_busy(
+            lambda: self._read(group), self.clients.timeout, f"sink {sink_id!r} marker"
+        )
+        if position.offset < 1:
+            return None
+        return int(position.offset) - 1
+
+    def _read(self, group: str) -> TopicPartition:
+        consumer = self.clients.consumer(
+            group, **{"enable.auto.commit": False, "isolation.level": "read_committed"}
+        )
+        try:
+            (position,) = consumer.committed([TopicPartition(self.topic, 0)], self.clients.timeout)
+        finally:
+            consumer.close()
+        if position.error is not None:
+            raise KafkaException(position.error)
+        return position  # type: ignore[no-any-return]
+
+    def groups(self, admin: Any, sink_id: str, prefix: str | None = None) -> list[MarkerGroup]:
+        """Every marker group of the sink, under this prefix or ``prefix``."""
+        timeout = self.clients.timeout
+        listing = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
+        start = f"{prefix or self.prefix}.{sink_id}."
+        found = []
+        for group in listing.valid:
+            name = str(group.group_id)
+            if not name.startswith(start):
+                continue
+            query_id, sep, tail = name[len(start) :].rpartition(".p")
+            if sep and query_id and tail.isdigit():
+                found.append((name, query_id, int(tail)))
+        return sorted(found)
+
+    def read(self, admin: Any, groups: list[MarkerGroup]) -> list[TargetMarker]:
+        """The newest committed batch each group shows (groups without an offset: none)."""
+        timeout = self.clients.timeout
+        markers = []
+        for name, query_id, partition in groups:
+            request = ConsumerGroupTopicPartitions(name, [TopicPartition(self.topic, 0)])
+            futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
+            result = futures[name].result(timeout)
+            for tp in result.topic_partitions or ():
+                if tp.error is None and tp.offset >= 1:
+                    markers.append(TargetMarker(query_id, partition, int(tp.offset) - 1))
+        return markers
+
+    def partitions_seen(self, sink_id: str) -> int:
+        """One more than the highest partition with a marker group, in any query; 0 when
+        the groups cannot be listed (logged)."""
+        try:
+            groups = self.groups(self.clients.admin(), sink_id)
+        except Exception as exc:
+            _log.warning("listing consumer groups failed: %s", exc)
+            return 0
+        return max((partition for _, _, partition in groups), default=-1) + 1
