@@ -130,15 +130,13 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     specs = (decided, window, logged)
     marker_logs = {logged.sink_id: f"{logged.table}-markers"}
     batches = [_batch(0), _batch(1000)]
-    window_faults = (
-        "after_invoke:sleep=10@batch=1,partition=1;before_task_commit:kill@batch=1,partition=1"
-    )
+    # tasks run inline, partition 0 before partition 1: partition 0 has committed in its task
+    # when partition 1 fails before its own commit
+    window_faults = "before_task_commit:raise@batch=1,partition=1"
     runs = {
         # crashed after the decision: the tasks committed, the log knows it
         decided.sink_id: "after_decision:kill@batch=1",
-        # partition 0 committed in its task, partition 1 died before its commit
-        # partition 1 waits first, so partition 0 has committed when partition 1 dies (10 s:
-        # a fresh broker's transaction coordinator may take seconds to load)
+        # partition 0 committed in its task, partition 1 failed before its commit
         window.sink_id: window_faults,
         # the same, with a marker log that outlives the groups
         logged.sink_id: window_faults,
@@ -150,7 +148,7 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
             sink_id=spec.sink_id,
             commit_log=str(tmp_path / spec.sink_id / "log"),
             faults=twopc.FaultPlan.parse(runs[spec.sink_id]),
-            processes=True,
+            processes=spec is decided,
         )
         if spec is decided:
             # the kill lands in the driver itself: run it in a child process
