@@ -5,6 +5,9 @@ One line in a query::
     sink = twopc.create_sink("files", path="/data/orders", format="parquet")
     df.writeStream.foreachBatch(twopc.foreach_batch(sink, sink_id="orders")).start()
 
+The same from a Spark Connect client, through ``df.writeStream.format("twopc")`` (see
+:func:`register`), and for plain DataFrames with :func:`write_batch`.
+
 The sink contract for backend authors is in :mod:`twopc.protocol` (the task side,
 :class:`Sink`, plus one commit role: :class:`CommitsOnDriver` or :class:`CommitsInTask`);
 plugins register through the ``twopc`` entry-point group (:mod:`twopc.plugins`); fault
@@ -12,7 +15,9 @@ injection is in :mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`; 
 helpers and the conformance kit are in :mod:`twopc.testing`.
 """
 
+from twopc._batch_write import write_batch
 from twopc._commit_log import CommitLog
+from twopc._entry_points import register
 from twopc._metrics import BatchMetrics, BatchStatus, TaskMetrics
 from twopc._retry import RetryPolicy
 from twopc._spark import SparkBatchWriter, foreach_batch
@@ -127,7 +132,9 @@ __all__ = [
     "hookimpl",
     "list_backends",
     "recover_sink",
+    "register",
     "sink_status",
+    "write_batch",
 ]
 
 # Show public names as twopc.X in reprs and docs, as httpx does.

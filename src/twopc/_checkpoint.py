@@ -18,7 +18,7 @@ from typing import Any
 
 from twopc.storage import filesystem_for, join
 
-__all__ = ["input_fingerprint"]
+__all__ = ["input_fingerprint", "query_id_of"]
 
 _log = logging.getLogger("twopc")
 
@@ -45,6 +45,23 @@ def input_fingerprint(
             exc_info=True,
         )
         return None
+
+
+def query_id_of(
+    checkpoint_root: str, storage_options: dict[str, Any] | None = None
+) -> str | None:
+    """The query id Spark keeps in ``<checkpoint>/metadata`` (a JSON line ``{"id": ...}``,
+    written when the query first starts and kept across restarts): the identity of a
+    query where Spark does not tell it (Spark Connect, the data source writer). ``None``
+    when the file is missing or unreadable."""
+    try:
+        fs, root = filesystem_for(checkpoint_root, storage_options)
+        text = fs.cat_file(join(root, "metadata")).decode()
+        value = json.loads(text.strip().splitlines()[0]).get("id")
+    except Exception:
+        _log.debug("no query id in %s/metadata", checkpoint_root, exc_info=True)
+        return None
+    return str(value) if value else None
 
 
 def _file_source_entries(fs: Any, root: str, batch_id: int) -> list[str]:

@@ -121,18 +121,7 @@ class Coordinator:
         stats = RecoveryStats()
         self.commit_log.remove_temporaries()
         for decision in self.commit_log.pending():
-            _log.info(
-                "twopc sink=%s: finishing batch %d of query %s decided before a crash",
-                self.sink_id,
-                decision.batch_id,
-                decision.query_id,
-            )
-            # a decision is finished the way it was made, whatever the sink's mode is now
-            finish = {
-                CommitPath.DRIVER: self._commit_recovered,
-                CommitPath.TASK: self._mark_done,
-            }[decision.path or self.path]
-            finish(decision)
+            self._finish_pending(decision)
             stats.committed += len(decision.committables)
         if self._driver is not None:
             stats.aborted = self._abort_undecided(self._driver)
@@ -140,6 +129,31 @@ class Coordinator:
         stats.swept = self._sweep()
         self._recovered = True
         return stats
+
+    def finish_decided(self) -> int:
+        """Finish every batch that was decided but not finished (commit it, or mark it
+        done), and nothing else; returns how many. Entry points whose tasks run before the
+        coordinator is asked (the ``format("twopc")`` writer) call it before a batch's
+        tasks start: a replay's tasks must never meet decided work still prepared."""
+        finished = 0
+        for decision in self.commit_log.pending():
+            self._finish_pending(decision)
+            finished += 1
+        return finished
+
+    def _finish_pending(self, decision: Decision) -> None:
+        _log.info(
+            "twopc sink=%s: finishing batch %d of query %s decided before a crash",
+            self.sink_id,
+            decision.batch_id,
+            decision.query_id,
+        )
+        # a decision is finished the way it was made, whatever the sink's mode is now
+        finish = {
+            CommitPath.DRIVER: self._commit_recovered,
+            CommitPath.TASK: self._mark_done,
+        }[decision.path or self.path]
+        finish(decision)
 
     def _runs_before_this_process(self) -> list[BatchRun]:
         """The runs of each query's newest batch as the log held them when this coordinator
@@ -325,23 +339,8 @@ class Coordinator:
                 replace(run, footprint=replace(run.footprint, partitions=len(committables))),
             )
 
-        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables), path=self.path)
-        try:
-            self._fire(CrashPoint.BEFORE_DECISION, batch_id)
-            self.commit_log.record_decision(decision)
-        except Exception:
-            # No decision, so nothing may become visible: abort what phase 1 prepared.
-            if self.commit_log.decision(query_id, batch_id) is None:
-                self._abort_batch(query_id, batch_id)
-            raise
-        decided_at = time.monotonic()
-        self._fire(CrashPoint.AFTER_DECISION, batch_id)
-
-        finish = {CommitPath.DRIVER: self._commit_decision, CommitPath.TASK: self._mark_done}
-        retries = finish[self.path](decision)
+        decision, decided_at, retries = self.decide_and_commit(query_id, batch_id, committables)
         committed_at = time.monotonic()
-        self._fire(CrashPoint.AFTER_COMMIT, batch_id)
-        self._prune_log(query_id, batch_id)
         aborted, swept = self._clean_losing_attempts(reports, decision, engine)
 
         metrics = replace(
@@ -359,6 +358,29 @@ class Coordinator:
             tasks=tasks,
         )
         return self._finish(metrics, started)
+
+    def decide_and_commit(
+        self, query_id: str, batch_id: int, committables: Sequence[Committable]
+    ) -> tuple[Decision, float, int]:
+        """Record the decision over phase 1's committables, then finish it (commit on the
+        driver, or mark the task-committed batch done). Returns the decision, when it was
+        recorded (monotonic clock) and the commit's retries. Without a decision nothing of
+        the batch may become visible, so a failure to record it aborts phase 1's work."""
+        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables), path=self.path)
+        try:
+            self._fire(CrashPoint.BEFORE_DECISION, batch_id)
+            self.commit_log.record_decision(decision)
+        except Exception:
+            if self.commit_log.decision(query_id, batch_id) is None:
+                self._abort_batch(query_id, batch_id)
+            raise
+        decided_at = time.monotonic()
+        self._fire(CrashPoint.AFTER_DECISION, batch_id)
+        finish = {CommitPath.DRIVER: self._commit_decision, CommitPath.TASK: self._mark_done}
+        retries = finish[self.path](decision)
+        self._fire(CrashPoint.AFTER_COMMIT, batch_id)
+        self._prune_log(query_id, batch_id)
+        return decision, decided_at, retries
 
     def _clean_losing_attempts(
         self, reports: Sequence[TaskReport], decision: Decision, engine: BatchEngine

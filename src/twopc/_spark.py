@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from twopc._checkpoint import input_fingerprint
+from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskReport
 from twopc._retry import RetryPolicy
@@ -24,7 +24,7 @@ from twopc.protocol import Sink
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["SparkBatchWriter", "foreach_batch"]
+__all__ = ["SparkBatchWriter", "foreach_batch", "is_connect_session"]
 
 _log = logging.getLogger("twopc")
 
@@ -33,14 +33,28 @@ _RUN_ID_KEY = "spark.jobGroup.id"
 _REPORT_SCHEMA = "report string"
 
 
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no py4j)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 class _SparkEngine:
-    """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``."""
+    """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``.
+
+    Over Spark Connect there is no status tracker: stage re-attempts and speculative
+    copies cannot be observed, so the engine says duplicates are possible and the
+    coordinator cleans up after every batch as if a copy had run."""
 
     def __init__(self, df: DataFrame, *, speculation: bool = False, job_group: str = "") -> None:
         self._df = df
         self._speculation = speculation
         self._job_group = job_group or None
         self._jobs: set[int] = set()
+        self._tracker: Any = (
+            None
+            if is_connect_session(df.sparkSession)
+            else df.sparkSession.sparkContext.statusTracker()
+        )
 
     def partition_count(self) -> int | None:
         """Partitions phase 1 will run, known before anything runs: the physical plan's
@@ -65,8 +79,10 @@ class _SparkEngine:
         return self._speculation or self._stage_reattempted()
 
     def _stage_reattempted(self) -> bool:
+        tracker = self._tracker
+        if tracker is None:
+            return True  # cannot tell over Spark Connect: clean up as if it did
         try:
-            tracker = self._df.sparkSession.sparkContext.statusTracker()
             for job in sorted(self._jobs):
                 info = tracker.getJobInfo(job)
                 for stage in info.stageIds if info is not None else ():
@@ -81,8 +97,10 @@ class _SparkEngine:
     def wait_for_stragglers(self, timeout: float) -> bool:
         """Wait (bounded) until phase 1's job has no running task attempt left: Spark kills
         the losing copies of speculated tasks only after the job has its results. Whether
-        they all ended."""
-        tracker = self._df.sparkSession.sparkContext.statusTracker()
+        they all ended (``False`` over Spark Connect, which cannot tell)."""
+        tracker = self._tracker
+        if tracker is None:
+            return False
         stages = [
             stage
             for job in sorted(self._jobs)
@@ -126,13 +144,14 @@ class _SparkEngine:
             )
             yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
 
-        tracker = self._df.sparkSession.sparkContext.statusTracker()
-        before = set(tracker.getJobIdsForGroup(self._job_group))
+        tracker = self._tracker
+        before = set(tracker.getJobIdsForGroup(self._job_group)) if tracker else set()
         try:
             rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
         except Exception as exc:
             raise SinkError(f"the Spark job failed: {_worker_error(exc)}") from exc
-        self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
+        if tracker is not None:
+            self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
         return [TaskReport.loads(row["report"]) for row in rows]
 
     def discard(self) -> None:
@@ -149,23 +168,26 @@ class SparkBatchWriter(BatchWriter):
     exactly-once, and runs the coordinator.
     """
 
-    def __init__(self, *args: Any, persist: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        persist: bool = False,
+        checkpoint_location: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._persist = persist
+        self._checkpoint_location = checkpoint_location
         self._checked_queries: set[str] = set()
         self._checkpoints: dict[str, str | None] = {}
         self._speculation: bool | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
-        context = getattr(spark, "sparkContext", None)
-        if context is None:
-            raise ConfigurationError(
-                "twopc needs classic PySpark (a SparkContext on the driver); Spark Connect "
-                "is not supported yet",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
-            )
+        if is_connect_session(spark):
+            self._call_over_connect(df, int(batch_id))
+            return
+        context = spark.sparkContext
         query_id = context.getLocalProperty(_QUERY_ID_KEY)
         if not query_id:
             raise ConfigurationError(
@@ -179,6 +201,44 @@ class SparkBatchWriter(BatchWriter):
             _refuse_inexact_modes(spark, query_id, self.sink_id, batch_id)
             self._checked_queries.add(query_id)
 
+        if self._speculation is None:
+            self._speculation = context.getConf().get("spark.speculation", "false") == "true"
+        if query_id not in self._checkpoints:
+            self._checkpoints[query_id] = (
+                _checkpoint_root(spark, query_id) or self._checkpoint_location
+            )
+        checkpoint = self._checkpoints[query_id]
+        self._write(df, int(batch_id), query_id, checkpoint, run_id)
+
+    def _call_over_connect(self, df: DataFrame, batch_id: int) -> None:
+        """foreachBatch started from a Spark Connect client: the function runs in a Python
+        process next to the Connect server, with no SparkContext and no local properties.
+        The query id is the one Spark keeps in ``<checkpoint>/metadata``."""
+        checkpoint = self._checkpoint_location
+        if not checkpoint:
+            raise ConfigurationError(
+                "over Spark Connect, twopc cannot discover the query's checkpoint: pass "
+                "checkpoint_location=<the query's checkpointLocation> to "
+                "twopc.foreach_batch(...)",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        query_id = query_id_of(checkpoint)
+        if query_id is None:
+            raise ConfigurationError(
+                f"no query id in {checkpoint}/metadata: checkpoint_location must be the "
+                "query's own checkpointLocation",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        if self._speculation is None:
+            setting = df.sparkSession.conf.get("spark.speculation", "false")
+            self._speculation = str(setting).lower() == "true"
+        self._write(df, batch_id, query_id, checkpoint, "")
+
+    def _write(
+        self, df: DataFrame, batch_id: int, query_id: str, checkpoint: str | None, run_id: str
+    ) -> None:
         keys = self.sink.partition_columns()
         if self.sink.single_task:
             df = df.repartition(1)
@@ -186,21 +246,14 @@ class SparkBatchWriter(BatchWriter):
             df = df.repartition(*keys)
         if self._persist:
             df = df.persist()
-        if self._speculation is None:
-            self._speculation = context.getConf().get("spark.speculation", "false") == "true"
-        if query_id not in self._checkpoints:
-            self._checkpoints[query_id] = _checkpoint_root(spark, query_id)
-        checkpoint = self._checkpoints[query_id]
         try:
             self.run(
                 query_id,
-                int(batch_id),
-                _SparkEngine(df, speculation=self._speculation, job_group=run_id),
+                batch_id,
+                _SparkEngine(df, speculation=bool(self._speculation), job_group=run_id),
                 lambda: checkpoint,
                 run_id=run_id,
-                input_fingerprint=(
-                    input_fingerprint(checkpoint, int(batch_id)) if checkpoint else None
-                ),
+                input_fingerprint=input_fingerprint(checkpoint, batch_id) if checkpoint else None,
             )
         finally:
             if self._persist:
@@ -217,6 +270,7 @@ def foreach_batch(
     faults: FaultPlan | None = None,
     on_metrics: MetricsCallback | None = None,
     persist: bool = False,
+    checkpoint_location: str | None = None,
 ) -> SparkBatchWriter:
     """The exactly-once ``foreachBatch`` function for ``sink``.
 
@@ -241,6 +295,9 @@ def foreach_batch(
         on_metrics: called with :class:`~twopc.BatchMetrics` after every batch.
         persist: cache the batch DataFrame during the write (only useful when the sink
             runs more than one Spark job per batch).
+        checkpoint_location: the query's ``checkpointLocation``. Needed when the query is
+            started from a Spark Connect client (the query id is read from its
+            ``metadata`` file); classic PySpark discovers it.
 
     Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
     makes ``twopc recover`` refuse to act while the query runs.
@@ -254,6 +311,7 @@ def foreach_batch(
         faults=faults,
         on_metrics=on_metrics,
         persist=persist,
+        checkpoint_location=checkpoint_location,
     )
 
 

@@ -123,7 +123,9 @@ PUBLIC = {
         "hookimpl",
         "list_backends",
         "recover_sink",
+        "register",
         "sink_status",
+        "write_batch",
     ],
     twopc_files: ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"],
 }

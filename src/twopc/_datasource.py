@@ -1,0 +1,290 @@
+"""``format("twopc")``: twopc as a Python data source (``pyspark.sql.datasource``), for
+``df.writeStream.format("twopc")`` and ``df.write.format("twopc")``.
+
+How Spark drives it, and what follows from it:
+
+- ``streamWriter()``/``writer()`` run on the driver's host before each batch's tasks; the
+  writer finishes any batch that was decided but not committed (a replay's tasks must not
+  meet decided work still prepared) and is pickled to the executors.
+- ``write()`` is phase 1 of one partition on an executor; it returns the task's report.
+- ``commit(messages, batch_id)`` and ``abort(...)`` run in a fresh Python process on the
+  driver's host: nothing survives between batches, so every rule reads the commit log.
+  Spark may call ``commit`` again for a batch it could not record; the commit log makes
+  that a skipped replay.
+
+Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
+backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
+``batch_id`` for batch writes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from twopc._batch_write import batch_query_id, check_batch_sink
+from twopc._checkpoint import input_fingerprint, query_id_of
+from twopc._commit_log import CommitLog
+from twopc._coordinator import Coordinator
+from twopc._paths import CommitPath, check_roles
+from twopc._phase1 import Phase1Task
+from twopc._reported import abort_reported, commit_reported
+from twopc._reports import TaskReport
+from twopc._sink_options import typed_options
+from twopc._writer import resolve_commit_log, validate_sink_id
+from twopc.errors import ConfigurationError
+from twopc.faults import FaultPlan
+from twopc.plugins import registry
+from twopc.protocol import Sink
+
+__all__ = ["TwopcDataSource", "TwopcMessage"]
+
+_log = logging.getLogger("twopc")
+
+FORMAT_NAME = "twopc"
+_BATCH_ID_KEY = "streaming.sql.batchId"
+_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "batch_id")
+_SPARK_OPTIONS = ("checkpointlocation",)
+
+
+@dataclass(frozen=True)
+class TwopcMessage(WriterCommitMessage):
+    """What one task sends the driver: its phase-1 report, as text."""
+
+    report: str
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """Everything a writer needs, resolved on the driver from the options; picklable."""
+
+    sink: Sink[Any]
+    sink_id: str
+    commit_log: str
+    commit_log_options: dict[str, Any] | None
+    checkpoint: str | None
+    query_id: str | None
+    batch_id: int | None  # batch writes only
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> _Setup:
+        lowered = {key.lower(): value for key, value in options.items()}
+        backend = lowered.get("sink")
+        if not backend:
+            raise ConfigurationError(
+                'format("twopc") needs .option("sink", "<backend>") (one of the names '
+                "`twopc plugins` lists) and .option(\"sink_id\", \"<stable name>\")"
+            )
+        sink_id = validate_sink_id(lowered.get("sink_id", ""))
+        checkpoint = lowered.get("checkpointlocation") or None
+        sink_options = {
+            key: value
+            for key, value in options.items()
+            if key.lower() not in _OWN_OPTIONS and key.lower() not in _SPARK_OPTIONS
+        }
+        factory = registry().spec(backend).load()
+        sink = registry().create_sink(backend, **typed_options(backend, factory, sink_options))
+        check_roles(sink)
+        log_options = _json_object(lowered.get("commit_log_options"), "commit_log_options")
+        url, log_options = resolve_commit_log(
+            sink, sink_id, lowered.get("commit_log") or None, log_options, checkpoint
+        )
+        if streaming:
+            query_id = query_id_of(checkpoint) if checkpoint else None
+            batch_id = None
+            if sink.single_task:
+                raise ConfigurationError(
+                    f'{sink.describe()} writes each batch in one task, which format("twopc") '
+                    "cannot arrange; use twopc.foreach_batch(...) for it",
+                    sink_id=sink_id,
+                )
+        else:
+            check_batch_sink(sink, sink_id)
+            if sink.single_task:
+                raise ConfigurationError(
+                    f'{sink.describe()} writes a batch in one task, which format("twopc") '
+                    "cannot arrange; use twopc.write_batch(df.repartition(1), ...)",
+                    sink_id=sink_id,
+                )
+            batch_id = _batch_id(lowered.get("batch_id"), sink_id)
+            query_id = batch_query_id(sink_id)
+        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id)
+
+    def coordinator(self) -> Coordinator:
+        return Coordinator(
+            self.sink,
+            self.sink_id,
+            CommitLog(self.commit_log, self.commit_log_options),
+            faults=FaultPlan.from_env(),
+        )
+
+    def phase1(self, query_id: str, batch_id: int, iterator: Iterator[pa.RecordBatch]) -> Any:
+        from pyspark import TaskContext as SparkTaskContext
+
+        context = SparkTaskContext.get()
+        task = Phase1Task(
+            self.sink,
+            self.sink_id,
+            query_id,
+            batch_id,
+            CommitPath.of(self.sink),
+            faults=FaultPlan.from_env(),
+        )
+        report = task.run(
+            context.partitionId() if context else 0,
+            context.attemptNumber() if context else 0,
+            iterator,
+            attempt_id=context.taskAttemptId() if context else None,
+        )
+        return TwopcMessage(report.dumps())
+
+
+class TwopcDataSource(DataSource):
+    """``format("twopc")``: streaming and batch writes through any twopc backend."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _StreamWriter:
+        if overwrite:
+            raise ConfigurationError(
+                'format("twopc") appends or upserts each batch; the complete output mode '
+                "would write the whole result again every batch: use append or update"
+            )
+        setup = _Setup.from_options(self.options, streaming=True)
+        if setup.query_id is None:
+            raise ConfigurationError(
+                'format("twopc") needs the query\'s checkpoint: set '
+                '.option("checkpointLocation", ...) on the writeStream (the query id is read '
+                "from its metadata file)",
+                sink_id=setup.sink_id,
+            )
+        _finish_decided(setup)
+        return _StreamWriter(setup)
+
+    def writer(self, schema: Any, overwrite: bool) -> _BatchWriter:
+        if overwrite:
+            raise ConfigurationError(
+                'format("twopc") appends or upserts: use mode("append"), not overwrite'
+            )
+        setup = _Setup.from_options(self.options, streaming=False)
+        _finish_decided(setup)
+        return _BatchWriter(setup)
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, setup: _Setup) -> None:
+        self.setup = setup
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwopcMessage:
+        from pyspark import TaskContext as SparkTaskContext
+
+        context = SparkTaskContext.get()
+        batch = context.getLocalProperty(_BATCH_ID_KEY) if context else None
+        if batch is None:
+            raise ConfigurationError(
+                "the task does not know its micro-batch (no streaming.sql.batchId)",
+                sink_id=self.setup.sink_id,
+            )
+        assert self.setup.query_id is not None
+        message: TwopcMessage = self.setup.phase1(self.setup.query_id, int(batch), iterator)
+        return message
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        setup = self.setup
+        assert setup.query_id is not None
+        fingerprint = input_fingerprint(setup.checkpoint, batchId) if setup.checkpoint else None
+        commit_reported(
+            setup.coordinator(),
+            setup.query_id,
+            batchId,
+            _reports(messages),
+            input_fingerprint=fingerprint,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        assert self.setup.query_id is not None
+        _abort(self.setup, self.setup.query_id, batchId, messages)
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    def __init__(self, setup: _Setup) -> None:
+        self.setup = setup
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwopcMessage:
+        setup = self.setup
+        assert setup.query_id is not None
+        assert setup.batch_id is not None
+        message: TwopcMessage = setup.phase1(setup.query_id, setup.batch_id, iterator)
+        return message
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        setup = self.setup
+        assert setup.query_id is not None
+        assert setup.batch_id is not None
+        commit_reported(setup.coordinator(), setup.query_id, setup.batch_id, _reports(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        assert self.setup.query_id is not None
+        assert self.setup.batch_id is not None
+        _abort(self.setup, self.setup.query_id, self.setup.batch_id, messages)
+
+
+def _finish_decided(setup: _Setup) -> None:
+    finished = setup.coordinator().finish_decided()
+    if finished:
+        _log.info("twopc sink=%s: finished %d decided batch(es)", setup.sink_id, finished)
+
+
+def _abort(
+    setup: _Setup, query_id: str, batch_id: int, messages: list[WriterCommitMessage | None]
+) -> None:
+    try:
+        abort_reported(setup.coordinator(), query_id, batch_id, _reports(messages))
+    except Exception:
+        # Spark is already failing the batch; its own error is the one users need. What
+        # this left, the next batch's clean-up or `twopc recover` removes.
+        _log.exception("twopc sink=%s batch %d: aborting failed", setup.sink_id, batch_id)
+
+
+def _reports(messages: list[WriterCommitMessage | None]) -> list[TaskReport | None]:
+    return [TaskReport.loads(m.report) if isinstance(m, TwopcMessage) else None for m in messages]
+
+
+def _batch_id(value: str | None, sink_id: str) -> int:
+    try:
+        batch_id = int(value) if value is not None else -1
+    except ValueError:
+        batch_id = -1
+    if batch_id < 0:
+        raise ConfigurationError(
+            'a batch write with format("twopc") needs .option("batch_id", N): a number, '
+            "unique and growing per sink_id (a date such as 20261125); writing the same "
+            "number again is skipped",
+            sink_id=sink_id,
+        )
+    return batch_id
+
+
+def _json_object(value: str | None, name: str) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"option {name!r} must be a JSON object: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(f"option {name!r} must be a JSON object")
+    return parsed

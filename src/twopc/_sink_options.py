@@ -1,0 +1,126 @@
+"""Sink options given as strings (``.option("table", "orders")`` on a Spark writer), typed
+the way :func:`twopc.create_sink` would receive them, from the backend factory's signature.
+
+Spark hands a data source its options as strings, with lower-cased keys on some paths. A
+string becomes the parameter's annotated type: ``bool`` (``true``/``false``), ``int``,
+``float``, a list (a JSON array, or comma-separated names), a dict (a JSON object), or stays
+a string. An option the factory does not take is refused with the names it does take.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twopc.errors import ConfigurationError
+
+__all__ = ["typed_options"]
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def typed_options(
+    backend: str, factory: Callable[..., Any], options: Mapping[str, str]
+) -> dict[str, Any]:
+    """``options`` as keyword arguments for ``factory``: names matched case-insensitively
+    against its parameters, values converted to their annotated types."""
+    parameters = _parameters(factory)
+    by_lower = {name.lower(): name for name in parameters}
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    typed: dict[str, Any] = {}
+    for key, value in options.items():
+        name = by_lower.get(key.lower())
+        if name is None:
+            if accepts_any:
+                typed[key] = value
+                continue
+            known = ", ".join(sorted(n for n, p in parameters.items() if _is_option(p)))
+            raise ConfigurationError(
+                f"the {backend} backend has no option {key!r}; its options are: {known}"
+            )
+        typed[name] = _convert(backend, name, value, parameters[name].annotation)
+    missing = [
+        name
+        for name, parameter in parameters.items()
+        if _is_option(parameter)
+        and parameter.default is inspect.Parameter.empty
+        and name not in typed
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"the {backend} backend needs the option(s) {', '.join(map(repr, missing))}"
+        )
+    return typed
+
+
+def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    """The factory's parameters; for a class, its ``__init__``'s (a ``__new__`` that takes
+    ``*args, **kwargs`` would hide them)."""
+    target: Callable[..., Any] = factory
+    if inspect.isclass(factory):
+        target = factory.__init__
+    signature = inspect.signature(target)
+    return {
+        name: parameter
+        for name, parameter in signature.parameters.items()
+        if name != "self" and parameter.kind is not inspect.Parameter.VAR_POSITIONAL
+    }
+
+
+def _is_option(parameter: inspect.Parameter) -> bool:
+    return parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+
+
+def _convert(backend: str, name: str, value: Any, annotation: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # given typed already (write_batch, tests)
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    kind = str(kind).replace(" ", "")
+    optional = "None" in kind
+    if optional and value.strip().lower() in ("", "none", "null"):
+        return None
+    converters = (
+        (("bool",), _bool),
+        (("int",), int),
+        (("float",), float),
+        (("dict", "Mapping"), _json_object),
+        (("Sequence", "list", "tuple"), _names),
+    )
+    convert = next((f for prefixes, f in converters if kind.startswith(prefixes)), None)
+    if convert is None:
+        return value
+    try:
+        return convert(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"the {backend} backend's option {name!r} ({kind}) cannot take {value!r}: {exc}"
+        ) from exc
+
+
+def _bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("use true or false")
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    parsed = json.loads(value)
+    if not isinstance(parsed, dict):
+        raise ValueError("expected a JSON object")
+    return parsed
+
+
+def _names(value: str) -> list[Any]:
+    text = value.strip()
+    if text.startswith("["):
+        parsed = json.loads(text)
+        if not isinstance(parsed, list):
+            raise ValueError("expected a JSON array")
+        return parsed
+    return [part.strip() for part in text.split(",") if part.strip()]
