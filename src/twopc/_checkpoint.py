@@ -47,9 +47,7 @@ def input_fingerprint(
         return None
 
 
-def query_id_of(
-    checkpoint_root: str, storage_options: dict[str, Any] | None = None
-) -> str | None:
+def query_id_of(checkpoint_root: str, storage_options: dict[str, Any] | None = None) -> str | None:
     """The query id Spark keeps in ``<checkpoint>/metadata`` (a JSON line ``{"id": ...}``,
     written when the query first starts and kept across restarts): the identity of a
     query where Spark does not tell it (Spark Connect, the data source writer). ``None``

@@ -14,15 +14,16 @@ How Spark drives it, and what follows from it:
 
 Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
 backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
-``batch_id`` for batch writes).
+``batch_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -54,7 +55,7 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "batch_id")
+_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "batch_id", "faults")
 _SPARK_OPTIONS = ("checkpointlocation",)
 
 
@@ -76,6 +77,11 @@ class _Setup:
     checkpoint: str | None
     query_id: str | None
     batch_id: int | None  # batch writes only
+    faults: FaultPlan | None
+    run_token: int = field(default_factory=lambda: int(time.time()) & 0xFFFF)
+    """Set where the writer is planned, on the driver, and shipped with it to the tasks:
+    it tells this run's task attempts from an earlier run's (Spark counts task attempt ids
+    from 0 again after a restart). Seconds, wrapping after about 18 hours."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> _Setup:
@@ -84,7 +90,7 @@ class _Setup:
         if not backend:
             raise ConfigurationError(
                 'format("twopc") needs .option("sink", "<backend>") (one of the names '
-                "`twopc plugins` lists) and .option(\"sink_id\", \"<stable name>\")"
+                '`twopc plugins` lists) and .option("sink_id", "<stable name>")'
             )
         sink_id = validate_sink_id(lowered.get("sink_id", ""))
         checkpoint = lowered.get("checkpointlocation") or None
@@ -119,15 +125,23 @@ class _Setup:
                 )
             batch_id = _batch_id(lowered.get("batch_id"), sink_id)
             query_id = batch_query_id(sink_id)
-        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id)
+        faults = lowered.get("faults")
+        plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
+        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan)
 
     def coordinator(self) -> Coordinator:
         return Coordinator(
             self.sink,
             self.sink_id,
             CommitLog(self.commit_log, self.commit_log_options),
-            faults=FaultPlan.from_env(),
+            faults=self.faults,
         )
+
+    def attempt_id(self, task_attempt_id: int) -> int:
+        """A task attempt's id, unique across runs of the query: the run token in the high
+        bits, Spark's task attempt id in the low 15 (31 bits in all: markers store it as a
+        32-bit integer)."""
+        return (self.run_token << 15) | (task_attempt_id & 0x7FFF)
 
     def phase1(self, query_id: str, batch_id: int, iterator: Iterator[pa.RecordBatch]) -> Any:
         from pyspark import TaskContext as SparkTaskContext
@@ -139,13 +153,13 @@ class _Setup:
             query_id,
             batch_id,
             CommitPath.of(self.sink),
-            faults=FaultPlan.from_env(),
+            faults=self.faults,
         )
         report = task.run(
             context.partitionId() if context else 0,
             context.attemptNumber() if context else 0,
             iterator,
-            attempt_id=context.taskAttemptId() if context else None,
+            attempt_id=self.attempt_id(context.taskAttemptId() if context else 0),
         )
         return TwopcMessage(report.dumps())
 

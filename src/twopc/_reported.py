@@ -61,7 +61,7 @@ def commit_reported(
             batch_id,
             query_id,
         )
-        aborted = _abort_outside(c, present, state.decision)
+        aborted = _abort_replayed(c, present)
         return c._finish(replace(base, recovered_aborted=aborted, swept=c._sweep()), started)
     failed = [index for index, report in enumerate(reports) if report is None]
     if failed:
@@ -135,6 +135,18 @@ def abort_reported(
     c._abort(c._driver, prepared, "prepared work of the failed batch")
     c._sweep()
     return len(prepared)
+
+
+def _abort_replayed(c: Coordinator, reports: Sequence[TaskReport]) -> int:
+    """Abort all the work a replay of a decided batch prepared. The decision was finished
+    before the replay's tasks started (the writer finishes decided batches where it is
+    planned), so none of it is decided work, even where an attempt id repeats one of the
+    decision's (Spark counts task attempts from 0 again after a restart)."""
+    if c._driver is None:
+        return 0
+    work = [r.committable for r in reports if r.committable is not None]
+    c._abort(c._driver, work, "work of a replayed batch that is already committed")
+    return len(work)
 
 
 def _abort_outside(c: Coordinator, reports: Sequence[TaskReport], decision: Decision) -> int:

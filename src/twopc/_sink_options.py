@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,12 +76,35 @@ def _is_option(parameter: inspect.Parameter) -> bool:
     return parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
 
 
+def _kind(annotation: Any) -> tuple[str, bool]:
+    """The annotation's base type name (``int``, ``dict``, ``Sequence``...) and whether it
+    admits ``None``; from a type or from its text (``from __future__ import annotations``)."""
+    if annotation is inspect.Parameter.empty:
+        return "", False
+    text = annotation if isinstance(annotation, str) else _type_text(annotation)
+    text = text.replace(" ", "").replace("typing.", "").replace("collections.abc.", "")
+    optional = "None" in text
+    if text.startswith("Optional["):
+        text = text[len("Optional[") :]
+    choices = [part for part in text.split("|") if part != "None"]
+    return (choices[0] if choices else ""), optional
+
+
+def _type_text(annotation: Any) -> str:
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return "|".join(_type_text(arg) for arg in args)
+    if annotation is type(None):
+        return "None"
+    named = origin if origin is not None else annotation
+    return str(getattr(named, "__name__", named))
+
+
 def _convert(backend: str, name: str, value: Any, annotation: Any) -> Any:
     if not isinstance(value, str):
         return value  # given typed already (write_batch, tests)
-    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    kind = str(kind).replace(" ", "")
-    optional = "None" in kind
+    kind, optional = _kind(annotation)
     if optional and value.strip().lower() in ("", "none", "null"):
         return None
     converters = (

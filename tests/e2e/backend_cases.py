@@ -138,5 +138,7 @@ def assert_exactly_once(target: Target, spec: SinkSpec, expected: set[int]) -> N
     duplicates = sorted(i for i, n in seen.items() if n > 1)
     missing = sorted(expected - set(seen))
     extra = sorted(set(seen) - expected)
-    assert (duplicates[:10], missing[:10], extra[:10]) == ([], [], [])
+    assert (duplicates[:10], missing[:10], extra[:10]) == ([], [], []), (
+        f"duplicates {duplicates[:10]}, missing {missing[:10]}, unexpected {extra[:10]}"
+    )
     assert target.leftovers(spec) == []

@@ -1,0 +1,146 @@
+"""One run of a query through one of twopc's entry points, in its own process (so a test can
+SIGKILL it): ``foreach`` (``twopc.foreach_batch``), ``format`` (``writeStream.format
+("twopc")``), ``batch`` (``twopc.write_batch`` over the whole input) or ``batch-format``
+(``df.write.format("twopc")``). Classic PySpark by default; ``--remote sc://...`` runs it from
+a Spark Connect client. Streaming runs use ``availableNow``: they end when the input is
+consumed.
+
+    python -m tests.e2e.entry_query --entry format --spec '<SinkSpec JSON>' \\
+        --source DIR --checkpoint DIR [--faults PLAN] [--remote URL] [--batch-id N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import twopc
+from tests.chaos.sinks import SinkSpec, build_sink
+
+SCHEMA = "id long, payload string"
+
+
+def format_options(spec: SinkSpec) -> dict[str, str]:
+    """The sink of ``spec`` as ``format("twopc")`` options: what :func:`build_sink` passes
+    to ``create_sink``, as strings."""
+    if spec.backend == "files":
+        return {"sink": "files", "path": spec.address, "format": spec.mode}
+    if spec.backend in ("postgres", "mysql"):
+        return {
+            "sink": spec.backend,
+            "dsn": spec.address,
+            "table": spec.table,
+            "mode": "append",
+            "transaction_mode": spec.mode,
+        }
+    if spec.backend == "kafka":
+        options = {
+            "sink": "kafka",
+            "bootstrap_servers": spec.address,
+            "topic": spec.table,
+            "mode": spec.mode,
+            "key_column": "key",
+            "operation_timeout_seconds": "15",
+        }
+        if spec.prefix:
+            options["transactional_id_prefix"] = spec.prefix
+        return options
+    raise ValueError(f"unknown backend {spec.backend!r}")
+
+
+def session(remote: str | None) -> Any:
+    from pyspark.sql import SparkSession
+
+    if remote:
+        return SparkSession.builder.remote(remote).create()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def with_key(frame: Any, spec: SinkSpec) -> Any:
+    from pyspark.sql import functions as F
+
+    if spec.backend == "kafka":
+        return frame.withColumn("key", F.col("id").cast("string"))
+    return frame
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entry", choices=("foreach", "format", "batch", "batch-format"))
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--faults", default="")
+    parser.add_argument("--remote", default=None)
+    parser.add_argument("--batch-id", type=int, default=0)
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+    spec = SinkSpec.loads(args.spec)
+    spark = session(args.remote)
+    commit_log = spec.commit_log(args.checkpoint)
+
+    if args.entry in ("batch", "batch-format"):
+        frame = with_key(spark.read.schema(SCHEMA).json(args.source), spec)
+        frame = frame.repartition(args.partitions, "id")
+        if args.entry == "batch":
+            metrics = twopc.write_batch(
+                frame,
+                build_sink(spec),
+                spec.sink_id,
+                batch_id=args.batch_id,
+                commit_log=commit_log,
+                faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
+            )
+            print(json.dumps({"status": str(metrics.status), "rows": metrics.rows}))
+        else:
+            writer = frame.write.format("twopc").mode("append")
+            options = {**format_options(spec), "sink_id": spec.sink_id}
+            options["batch_id"] = str(args.batch_id)
+            if commit_log:
+                options["commit_log"] = commit_log
+            if args.faults:
+                options["faults"] = args.faults
+            writer.options(**options).save()
+            print(json.dumps({"status": "done"}))
+        return
+
+    frame = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(args.source)
+        .repartition(args.partitions, "id")
+    )
+    frame = with_key(frame, spec)
+    stream = frame.writeStream.option("checkpointLocation", args.checkpoint).trigger(
+        availableNow=True
+    )
+    if args.entry == "foreach":
+        writer = twopc.foreach_batch(
+            build_sink(spec),
+            sink_id=spec.sink_id,
+            commit_log=commit_log,
+            checkpoint_location=args.checkpoint,
+            faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
+        )
+        query = stream.foreachBatch(writer).start()
+    else:
+        options = {**format_options(spec), "sink_id": spec.sink_id}
+        if commit_log:
+            options["commit_log"] = commit_log
+        if args.faults:
+            options["faults"] = args.faults
+        query = stream.format("twopc").options(**options).start()
+    query.awaitTermination()
+    print(json.dumps({"status": "done"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Running :mod:`tests.e2e.entry_query` from a test: as a process that ends, or one that a
+test SIGKILLs once the batch it stalls in has been decided."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.chaos.sinks import SinkSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def command(
+    entry: str,
+    spec: SinkSpec,
+    source: Path,
+    checkpoint: Path,
+    *,
+    faults: str = "",
+    remote: str | None = None,
+    batch_id: int = 0,
+) -> list[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "tests.e2e.entry_query",
+        "--entry",
+        entry,
+        "--spec",
+        spec.dumps(),
+        "--source",
+        str(source),
+        "--checkpoint",
+        str(checkpoint),
+        "--batch-id",
+        str(batch_id),
+    ]
+    if faults:
+        args += ["--faults", faults]
+    if remote:
+        args += ["--remote", remote]
+    return args
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+
+
+def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env=_env(), check=False, cwd=REPO
+    )
+
+
+def decision_file(root: Path, batch_id: int) -> Path | None:
+    """The commit log's decision of ``batch_id`` anywhere under ``root``."""
+    found = sorted(root.rglob(f"{batch_id:020d}.decision.json"))
+    return found[0] if found else None
+
+
+def kill_when_decided(
+    args: list[str], roots: list[Path], batch_id: int, timeout: float = 240
+) -> str:
+    """Start the query, wait until ``batch_id`` is decided (the fault plan stalls it after
+    the decision), then SIGKILL the query's whole process group. Returns its output."""
+    log = roots[0] / f"killed-{batch_id}.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    try:
+        while not any(decision_file(root, batch_id) for root in roots):
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"the query ended before batch {batch_id} was decided:\n"
+                    + log.read_text()[-3000:]
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"batch {batch_id} was not decided in {timeout:.0f} s")
+            time.sleep(0.2)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    return log.read_text()
+
+
+def wait_for_decided(roots: list[Path], batch_id: int, timeout: float = 240) -> Path:
+    deadline = time.monotonic() + timeout
+    while True:
+        for root in roots:
+            found = decision_file(root, batch_id)
+            if found is not None:
+                return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"batch {batch_id} was not decided in {timeout:.0f} s")
+        time.sleep(0.2)

@@ -1,0 +1,482 @@
+"""``format("twopc")``'s options resolved on the driver (``_Setup.from_options``), the query
+id read from a streaming checkpoint, and which sinks batch writes accept.
+
+No Spark session and no services: pyspark is only imported, the files backend writes to
+``tmp_path`` (and creating its sink touches nothing), and the in-memory reference sinks stand
+in for backends that commit in the task.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twopc import ConfigurationError
+from twopc._batch_write import batch_query_id, check_batch_sink
+from twopc._checkpoint import query_id_of
+from twopc._datasource import _Setup
+from twopc.errors import BackendNotFoundError
+from twopc.storage import join
+from twopc.testing._memory import MemoryDriverSink, MemoryTaskSink
+from twopc_files.sink import FilesSink
+
+pytestmark = pytest.mark.unit
+
+QUERY_ID = "8f14e45f-ceea-467f-a0e6-1f2a3b4c5d6e"
+
+
+def _checkpoint(tmp_path: Path, query_id: str | None = QUERY_ID, text: str | None = None) -> str:
+    """A checkpoint directory whose ``metadata`` holds ``{"id": query_id}`` (or ``text``)."""
+    root = tmp_path / "checkpoint"
+    root.mkdir(exist_ok=True)
+    if text is None and query_id is not None:
+        text = json.dumps({"id": query_id}) + "\n"
+    if text is not None:
+        (root / "metadata").write_text(text)
+    return str(root)
+
+
+def _files(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"sink": "files", "sink_id": "orders", "path": str(tmp_path / "out"), **extra}
+
+
+# -- the backend and the sink id -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_no_sink_option(tmp_path: Path, streaming: bool) -> None:
+    options = _files(tmp_path)
+    del options["sink"]
+    with pytest.raises(ConfigurationError) as info:
+        _Setup.from_options(options, streaming=streaming)
+    assert '.option("sink", "<backend>")' in str(info.value)
+    assert '.option("sink_id"' in str(info.value)
+
+
+def test_empty_sink_option(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r'\.option\("sink", '):
+        _Setup.from_options(_files(tmp_path, sink=""), streaming=True)
+
+
+def test_unknown_backend(tmp_path: Path) -> None:
+    with pytest.raises(BackendNotFoundError, match="no twopc backend named 'nope'"):
+        _Setup.from_options(_files(tmp_path, sink="nope"), streaming=True)
+
+
+@pytest.mark.parametrize("sink_id", ["", "-orders", "a/b", "with space", "x" * 65, "ü"])
+def test_invalid_sink_id(tmp_path: Path, sink_id: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid sink_id"):
+        _Setup.from_options(_files(tmp_path, sink_id=sink_id), streaming=True)
+
+
+def test_missing_sink_id(tmp_path: Path) -> None:
+    options = _files(tmp_path)
+    del options["sink_id"]
+    with pytest.raises(ConfigurationError, match="invalid sink_id ''"):
+        _Setup.from_options(options, streaming=True)
+
+
+def test_own_option_keys_any_case(tmp_path: Path) -> None:
+    options = {
+        "SINK": "files",
+        "Sink_Id": "orders",
+        "PATH": str(tmp_path / "out"),
+        "CheckpointLocation": _checkpoint(tmp_path),
+    }
+    setup = _Setup.from_options(options, streaming=True)
+    assert setup.sink_id == "orders"
+    assert setup.query_id == QUERY_ID
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+
+def test_streaming_reads_the_query_id_from_the_checkpoint(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path)
+    setup = _Setup.from_options(_files(tmp_path, checkpointLocation=checkpoint), streaming=True)
+    assert setup.query_id == QUERY_ID
+    assert setup.checkpoint == checkpoint
+    assert setup.batch_id is None
+    assert setup.sink_id == "orders"
+    assert isinstance(setup.sink, FilesSink)
+    assert setup.sink.path == str(tmp_path / "out")
+
+
+def test_streaming_files_commit_log_defaults_next_to_the_data(tmp_path: Path) -> None:
+    setup = _Setup.from_options(
+        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path)), streaming=True
+    )
+    assert setup.commit_log == setup.sink.default_commit_log("orders")
+    assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
+    assert not setup.commit_log_options  # the sink's own storage options: none
+
+
+def test_explicit_commit_log_wins(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    setup = _Setup.from_options(
+        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), commit_log=log),
+        streaming=True,
+    )
+    assert setup.commit_log == log
+    assert setup.commit_log_options is None
+
+
+def test_commit_log_options_json_object(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    setup = _Setup.from_options(
+        _files(tmp_path, commit_log=log, commit_log_options='{"auto_mkdir": true}'),
+        streaming=True,
+    )
+    assert setup.commit_log == log
+    assert setup.commit_log_options == {"auto_mkdir": True}
+
+
+def test_commit_log_options_with_the_files_default_log(tmp_path: Path) -> None:
+    setup = _Setup.from_options(
+        _files(tmp_path, COMMIT_LOG_OPTIONS='{"auto_mkdir": false}'), streaming=True
+    )
+    assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
+    assert setup.commit_log_options == {"auto_mkdir": False}
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{oops", "3", '"text"', "null"])
+def test_commit_log_options_must_be_a_json_object(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigurationError, match="option 'commit_log_options' must be a JSON"):
+        _Setup.from_options(_files(tmp_path, commit_log_options=text), streaming=True)
+
+
+def test_empty_commit_log_options_are_none(tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    setup = _Setup.from_options(
+        _files(tmp_path, commit_log=log, commit_log_options=""), streaming=True
+    )
+    assert setup.commit_log_options is None
+
+
+def test_streaming_without_checkpoint(tmp_path: Path) -> None:
+    setup = _Setup.from_options(_files(tmp_path), streaming=True)
+    assert setup.query_id is None
+    assert setup.checkpoint is None
+    assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
+
+
+def test_streaming_empty_checkpoint_option(tmp_path: Path) -> None:
+    setup = _Setup.from_options(_files(tmp_path, checkpointLocation=""), streaming=True)
+    assert setup.checkpoint is None
+    assert setup.query_id is None
+
+
+def test_streaming_checkpoint_without_metadata(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, query_id=None)
+    setup = _Setup.from_options(_files(tmp_path, checkpointLocation=checkpoint), streaming=True)
+    assert setup.checkpoint == checkpoint
+    assert setup.query_id is None
+
+
+def test_streaming_ignores_batch_id(tmp_path: Path) -> None:
+    setup = _Setup.from_options(
+        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), batch_id="5"), streaming=True
+    )
+    assert setup.batch_id is None
+    assert setup.query_id == QUERY_ID
+
+
+# -- batch -----------------------------------------------------------------------------------
+
+
+def test_batch_write(tmp_path: Path) -> None:
+    setup = _Setup.from_options(_files(tmp_path, batch_id="20261125"), streaming=False)
+    assert setup.batch_id == 20261125
+    assert setup.query_id == batch_query_id("orders")
+    assert setup.checkpoint is None
+    assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
+
+
+def test_batch_id_zero(tmp_path: Path) -> None:
+    assert _Setup.from_options(_files(tmp_path, batch_id="0"), streaming=False).batch_id == 0
+
+
+def test_batch_query_id_ignores_the_checkpoint(tmp_path: Path) -> None:
+    options = _files(tmp_path, batch_id="1", checkpointLocation=_checkpoint(tmp_path))
+    setup = _Setup.from_options(options, streaming=False)
+    assert setup.query_id == batch_query_id("orders") != QUERY_ID
+
+
+@pytest.mark.parametrize("batch_id", [None, "-1", "abc", "1.5", ""])
+def test_batch_needs_a_batch_id(tmp_path: Path, batch_id: str | None) -> None:
+    options = _files(tmp_path)
+    if batch_id is not None:
+        options["batch_id"] = batch_id
+    with pytest.raises(ConfigurationError, match=r'needs \.option\("batch_id", N\)') as info:
+        _Setup.from_options(options, streaming=False)
+    assert info.value.sink_id == "orders"
+
+
+def test_batch_query_id_is_stable_and_per_sink() -> None:
+    first = batch_query_id("orders")
+    assert first == batch_query_id("orders")
+    assert str(uuid.UUID(first)) == first
+    assert uuid.UUID(first).version == 5
+    assert first != batch_query_id("orders-2")
+    assert first != batch_query_id("Orders")
+    assert len({batch_query_id(f"sink-{i}") for i in range(50)}) == 50
+
+
+def test_batch_query_id_per_sink_through_options(tmp_path: Path) -> None:
+    one = _Setup.from_options(_files(tmp_path, batch_id="1"), streaming=False)
+    two = _Setup.from_options(_files(tmp_path, sink_id="other", batch_id="1"), streaming=False)
+    assert one.query_id != two.query_id
+    assert two.query_id == batch_query_id("other")
+
+
+# -- the options the sink receives -----------------------------------------------------------
+
+
+def test_options_are_typed_for_the_sink(tmp_path: Path) -> None:
+    setup = _Setup.from_options(
+        _files(
+            tmp_path,
+            format="csv",
+            partition_by="day,country",
+            target_file_size="2097152",
+            write_options='{"include_header": false}',
+        ),
+        streaming=True,
+    )
+    sink = setup.sink
+    assert isinstance(sink, FilesSink)
+    assert sink.format == "csv"
+    assert sink.partition_by == ("day", "country")
+    assert sink.target_file_size == 2097152
+    assert sink.write_options == {"include_header": False}
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_unknown_sink_option(tmp_path: Path, streaming: bool) -> None:
+    with pytest.raises(ConfigurationError, match="files backend has no option 'colour'"):
+        _Setup.from_options(_files(tmp_path, colour="red", batch_id="1"), streaming=streaming)
+
+
+def test_files_needs_a_path(tmp_path: Path) -> None:
+    options = _files(tmp_path)
+    del options["path"]
+    with pytest.raises(ConfigurationError, match=r"needs the option\(s\) 'path'"):
+        _Setup.from_options(options, streaming=True)
+
+
+@pytest.mark.parametrize("key", ["checkpointLocation", "checkpointlocation", "CHECKPOINTLOCATION"])
+def test_checkpoint_location_is_not_a_sink_option(tmp_path: Path, key: str) -> None:
+    # the files backend refuses options it does not know, so reaching it would fail
+    setup = _Setup.from_options(_files(tmp_path, **{key: _checkpoint(tmp_path)}), streaming=True)
+    assert setup.query_id == QUERY_ID
+
+
+def test_setup_pickles(tmp_path: Path) -> None:
+    setup = _Setup.from_options(
+        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path)), streaming=True
+    )
+    copy = pickle.loads(pickle.dumps(setup))
+    assert (copy.sink_id, copy.query_id, copy.commit_log) == (
+        setup.sink_id,
+        setup.query_id,
+        setup.commit_log,
+    )
+
+
+# -- backends without services: the memory sinks behind a stand-in registry ----------------
+
+
+class _Spec:
+    def __init__(self, factory: Callable[..., Any]) -> None:
+        self.factory = factory
+
+    def load(self) -> Callable[..., Any]:
+        return self.factory
+
+
+class _Registry:
+    """Just what ``from_options`` asks of the plugin registry."""
+
+    def __init__(self, **factories: Callable[..., Any]) -> None:
+        self.factories = factories
+
+    def spec(self, name: str) -> _Spec:
+        return _Spec(self.factories[name])
+
+    def create_sink(self, backend: str, /, **options: Any) -> Any:
+        return self.factories[backend](**options)
+
+
+@pytest.fixture
+def received(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Installs memory backends; returns the options each factory call received."""
+    calls: list[dict[str, Any]] = []
+
+    def driver(**options: Any) -> MemoryDriverSink:
+        calls.append(options)
+        return MemoryDriverSink("datasource-options")
+
+    def in_task(*, store: str = "datasource-options", single: bool = False) -> MemoryTaskSink:
+        calls.append({"store": store, "single": single})
+        sink = MemoryTaskSink(store)
+        sink.single_task = single
+        return sink
+
+    fake = _Registry(driver=driver, in_task=in_task)
+    monkeypatch.setattr("twopc._datasource.registry", lambda: fake)
+    return calls
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_only_sink_options_reach_the_sink(
+    tmp_path: Path, received: list[dict[str, Any]], streaming: bool
+) -> None:
+    options = {
+        "sink": "driver",
+        "Sink_Id": "mem",
+        "checkpointLocation": _checkpoint(tmp_path),
+        "commit_log": str(tmp_path / "log"),
+        "commit_log_options": "{}",
+        "BATCH_ID": "3",
+        "table": "t",
+        "Flag": "true",
+    }
+    _Setup.from_options(options, streaming=streaming)
+    assert received == [{"table": "t", "Flag": "true"}]
+
+
+def test_commit_log_under_the_checkpoint_without_a_sink_default(
+    tmp_path: Path, received: list[dict[str, Any]]
+) -> None:
+    checkpoint = _checkpoint(tmp_path)
+    setup = _Setup.from_options(
+        {"sink": "in_task", "sink_id": "mem", "checkpointLocation": checkpoint}, streaming=True
+    )
+    assert setup.commit_log == join(checkpoint, "twopc", "mem")
+    assert setup.query_id == QUERY_ID
+    assert received == [{"store": "datasource-options", "single": False}]
+
+
+def test_no_commit_log_anywhere(received: list[dict[str, Any]]) -> None:
+    with pytest.raises(ConfigurationError, match="cannot tell where to keep the commit log"):
+        _Setup.from_options({"sink": "in_task", "sink_id": "mem"}, streaming=True)
+
+
+def test_batch_refuses_a_sink_committing_each_partition(
+    tmp_path: Path, received: list[dict[str, Any]]
+) -> None:
+    options = {"sink": "in_task", "sink_id": "mem", "commit_log": str(tmp_path / "log")}
+    with pytest.raises(ConfigurationError, match="commits each partition") as info:
+        _Setup.from_options({**options, "batch_id": "1"}, streaming=False)
+    assert info.value.sink_id == "mem"
+    # the same sink is fine for streaming, where each batch is replayed until complete
+    assert _Setup.from_options(options, streaming=True).batch_id is None
+
+
+@pytest.mark.parametrize(("streaming", "advice"), [(True, "foreach_batch"), (False, "write_batch")])
+def test_single_task_sinks_are_refused(
+    tmp_path: Path, received: list[dict[str, Any]], streaming: bool, advice: str
+) -> None:
+    options = {
+        "sink": "in_task",
+        "sink_id": "mem",
+        "commit_log": str(tmp_path / "log"),
+        "single": "true",
+        "batch_id": "1",
+        "checkpointLocation": _checkpoint(tmp_path),
+    }
+    with pytest.raises(ConfigurationError, match=rf"one task.*twopc\.{advice}") as info:
+        _Setup.from_options(options, streaming=streaming)
+    assert info.value.sink_id == "mem"
+    assert received == [{"store": "datasource-options", "single": True}]
+
+
+def test_batch_accepts_a_sink_committing_on_the_driver(
+    tmp_path: Path, received: list[dict[str, Any]]
+) -> None:
+    options = {"sink": "driver", "sink_id": "mem", "commit_log": str(tmp_path / "log")}
+    setup = _Setup.from_options({**options, "batch_id": "7"}, streaming=False)
+    assert isinstance(setup.sink, MemoryDriverSink)
+    assert (setup.batch_id, setup.query_id) == (7, batch_query_id("mem"))
+
+
+# -- query_id_of -----------------------------------------------------------------------------
+
+
+def test_query_id_of_a_missing_directory(tmp_path: Path) -> None:
+    assert query_id_of(str(tmp_path / "nowhere")) is None
+
+
+def test_query_id_of_a_directory_without_metadata(tmp_path: Path) -> None:
+    assert query_id_of(_checkpoint(tmp_path, query_id=None)) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n", "not json", "{broken", '["id"]', '"id"', "{}", '{"id": ""}', '{"id": null}'],
+)
+def test_query_id_of_unusable_metadata(tmp_path: Path, text: str) -> None:
+    assert query_id_of(_checkpoint(tmp_path, text=text)) is None
+
+
+def test_query_id_of_binary_garbage(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoint"
+    root.mkdir()
+    (root / "metadata").write_bytes(b"\xff\xfe\x00garbage")
+    assert query_id_of(str(root)) is None
+
+
+def test_query_id_of_a_proper_file(tmp_path: Path) -> None:
+    assert query_id_of(_checkpoint(tmp_path)) == QUERY_ID
+
+
+def test_query_id_of_reads_the_first_line(tmp_path: Path) -> None:
+    text = json.dumps({"id": QUERY_ID, "extra": 1}) + "\n" + json.dumps({"id": "other"}) + "\n"
+    assert query_id_of(_checkpoint(tmp_path, text=text)) == QUERY_ID
+
+
+def test_query_id_of_a_file_url_and_trailing_slash(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path)
+    assert query_id_of(Path(checkpoint).as_uri()) == QUERY_ID
+    assert query_id_of(checkpoint + "/") == QUERY_ID
+
+
+def test_query_id_of_a_non_string_id(tmp_path: Path) -> None:
+    assert query_id_of(_checkpoint(tmp_path, text='{"id": 42}')) == "42"
+
+
+# -- check_batch_sink ------------------------------------------------------------------------
+
+
+def test_check_batch_sink_refuses_in_task_multi_partition() -> None:
+    sink = MemoryTaskSink("check-batch")
+    assert sink.single_task is False
+    with pytest.raises(ConfigurationError) as info:
+        check_batch_sink(sink, "mem")
+    message = str(info.value)
+    assert "commits each partition" in message
+    assert "memory store 'check-batch'" in message
+    assert message.startswith("sink 'mem': ")
+    assert info.value.sink_id == "mem"
+
+
+def test_check_batch_sink_accepts_in_task_single_task() -> None:
+    sink = MemoryTaskSink("check-batch")
+    sink.single_task = True
+    check_batch_sink(sink, "mem")
+
+
+def test_check_batch_sink_accepts_driver_commits(tmp_path: Path) -> None:
+    check_batch_sink(MemoryDriverSink("check-batch"), "mem")
+    check_batch_sink(FilesSink(str(tmp_path)), "files")
+
+
+def test_check_batch_sink_refuses_a_non_sink() -> None:
+    with pytest.raises(ConfigurationError, match=r"expected a twopc\.Sink"):
+        check_batch_sink(object(), "mem")  # type: ignore[arg-type]
