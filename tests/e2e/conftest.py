@@ -116,3 +116,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kept = {(first + j) % count for j in range(min(keep, count))}
         if values[slot].index(_value(item, slot)) not in kept:
             item.add_marker(pytest.mark.extended)
+
+
+@pytest.fixture(scope="session")
+def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Spark Connect server for the session's Connect tests (restarted by the
+    tests that SIGKILL it)."""
+    from tests.e2e.connect_server import ConnectServer
+
+    server = ConnectServer(tmp_path_factory.mktemp("connect-server"))
+    server.start()
+    yield server
+    server.kill()

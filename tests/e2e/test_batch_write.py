@@ -1,0 +1,158 @@
+"""Exactly-once writes of plain DataFrames: ``twopc.write_batch`` and
+``df.write.format("twopc")``, each run in its own process, classic and from a Spark Connect
+client. The same batch id written again is skipped, a failing write leaves nothing, the
+driver SIGKILLed between the decision and the commit loses and duplicates nothing. Checked on
+what the target shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.backend_cases import add_input, assert_exactly_once, new_target
+from tests.e2e.entry_runs import command, kill_when_decided, run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+BATCH = 5
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    entry, backend, mode = request.param
+    target, spec = new_target(request, backend, mode, tmp_path, prefix="bw")
+    yield entry, target, spec
+    target.cleanup(spec)
+
+
+def _case(entry: str, backend: str, mode: str, *, extended: bool = False) -> Any:
+    marks = [pytest.mark.extended] if extended else []
+    return pytest.param((entry, backend, mode), id=f"{entry}-{backend}-{mode}", marks=marks)
+
+
+def _status(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    return str(json.loads(lines[-1])["status"])
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "files", "parquet"),
+        _case("batch", "postgres", "two_phase"),
+        _case("batch", "mysql", "two_phase", extended=True),
+        _case("batch", "kafka", "atomic"),
+        _case("batch-format", "files", "parquet"),
+        _case("batch-format", "postgres", "two_phase", extended=True),
+    ],
+    indirect=True,
+)
+def test_a_batch_written_twice_is_written_once(target: Any, tmp_path: Path) -> None:
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    args = command(entry, spec, source, tmp_path / "log", batch_id=BATCH)
+    first = run(args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+    again = run(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    if entry == "batch":
+        assert (_status(first.stdout), _status(again.stdout)) == ("committed", "skipped")
+    assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "postgres", "two_phase"),
+        _case("batch-format", "files", "parquet"),
+        _case("batch", "kafka", "atomic", extended=True),
+    ],
+    indirect=True,
+)
+def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> None:
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    partition = 0 if spec.mode == "atomic" else 1
+    failed = run(
+        command(
+            entry,
+            spec,
+            source,
+            tmp_path / "log",
+            batch_id=BATCH,
+            faults=f"after_invoke:raise@partition={partition}",
+        )
+    )
+    assert failed.returncode != 0
+    assert "injected" in failed.stderr.lower()
+    assert_exactly_once(target, spec, set())
+    rerun = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "postgres", "two_phase"),
+        _case("batch", "kafka", "atomic"),
+        _case("batch-format", "files", "parquet"),
+    ],
+    indirect=True,
+)
+def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path: Path) -> None:
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    stalled = command(
+        entry, spec, source, tmp_path / "log", batch_id=BATCH, faults="after_decision:sleep=300"
+    )
+    kill_when_decided(stalled, [tmp_path], BATCH)
+    rerun = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "files", "parquet"),
+        _case("batch", "postgres", "two_phase"),
+        _case("batch-format", "postgres", "two_phase"),
+        _case("batch", "kafka", "atomic", extended=True),
+    ],
+    indirect=True,
+)
+def test_a_batch_write_from_a_spark_connect_client(
+    target: Any, connect: Any, tmp_path: Path
+) -> None:
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    args = command(entry, spec, source, tmp_path / "log", batch_id=BATCH, remote=connect.url)
+    for _ in range(2):
+        done = run(args)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [_case("batch", "postgres", "transaction"), _case("batch-format", "kafka", "atomic")],
+    indirect=True,
+)
+def test_sinks_that_could_leave_half_a_batch_are_refused(target: Any, tmp_path: Path) -> None:
+    entry, target, spec = target
+    source = tmp_path / "in"
+    add_input(source, 0)
+    refused = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    assert refused.returncode != 0
+    expected = "commits each partition" if entry == "batch" else "in one task"
+    assert expected in refused.stderr
+    assert_exactly_once(target, spec, set())
