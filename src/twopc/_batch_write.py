@@ -1,14 +1,16 @@
 """Exactly-once writes of a plain (non-streaming) DataFrame: ``twopc.write_batch``.
 
-A batch write is one batch of a query with a fixed id derived from the sink id, so the
-coordinator's rules carry over unchanged: the same ``batch_id`` written again is recognised
-and skipped (a retried job, a re-run scheduler task), an older id after a newer one is
-refused, and a write that fails leaves nothing visible. The last needs a sink whose batch
-commits all or nothing: one that commits on the driver, or commits in a single task.
+A batch write is batch 0 of a query whose id is derived from the sink id and the write's
+idempotency key, ``write_id`` (in the spirit of Delta's ``txnAppId``/``txnVersion``), so
+the coordinator's rules carry over unchanged: the same ``write_id`` written again is
+recognised and skipped (a retried job, a re-run scheduler task), and a write that fails
+leaves nothing visible. The last needs a sink whose batch commits all or nothing: one that
+commits on the driver, or commits in a single task.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +26,33 @@ from twopc.protocol import Sink
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["batch_query_id", "check_batch_sink", "write_batch"]
+__all__ = ["BATCH_ID", "batch_query_id", "check_batch_sink", "validate_write_id", "write_batch"]
 
 _NAMESPACE = uuid.UUID("6f1c2b1e-6a36-4a8e-9d0c-3c1f6f2b7a10")
+_WRITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
+
+BATCH_ID = 0
+"""The batch number every batch write is recorded under (its query is its own)."""
 
 
-def batch_query_id(sink_id: str) -> str:
-    """The query id batch writes of ``sink_id`` are recorded under (stable, a UUID like a
-    streaming query's, so the sinks' naming treats both alike)."""
-    return str(uuid.uuid5(_NAMESPACE, f"batch:{sink_id}"))
+def validate_write_id(write_id: str | int, sink_id: str) -> str:
+    """A write id as text: 1-128 letters, digits, ``_ . : + -`` (an int is fine)."""
+    text = str(write_id) if isinstance(write_id, int) and write_id >= 0 else write_id
+    if not isinstance(text, str) or not _WRITE_ID.match(text):
+        raise ConfigurationError(
+            f"invalid write_id {write_id!r}: a batch write needs an idempotency key of 1-128 "
+            "letters, digits, '_', '.', ':', '+' or '-' (a date such as 2026-11-25, a job "
+            "run id); writing the same key again is skipped",
+            sink_id=sink_id,
+        )
+    return text
+
+
+def batch_query_id(sink_id: str, write_id: str) -> str:
+    """The query id a batch write of ``sink_id`` with ``write_id`` is recorded under: a
+    UUID like a streaming query's (so the sinks' naming treats both alike), the same for
+    the same key."""
+    return str(uuid.uuid5(_NAMESPACE, f"batch:{sink_id}:{write_id}"))
 
 
 def check_batch_sink(sink: Sink[Any], sink_id: str) -> None:
@@ -52,40 +72,39 @@ def write_batch(
     sink: Sink[Any],
     sink_id: str,
     *,
-    batch_id: int,
+    write_id: str | int,
     commit_log: str | None = None,
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     faults: FaultPlan | None = None,
     on_metrics: MetricsCallback | None = None,
 ) -> BatchMetrics:
-    """Write ``df`` (a plain, non-streaming DataFrame) to ``sink`` exactly once, as batch
-    ``batch_id`` of ``sink_id``. Works from classic PySpark and from Spark Connect clients.
+    """Write ``df`` (a plain, non-streaming DataFrame) to ``sink`` exactly once, all rows or
+    none, under the idempotency key ``write_id``. Works from classic PySpark and from Spark
+    Connect clients.
 
     Usage::
 
         sink = twopc.create_sink("postgres", dsn=dsn, table="daily", transaction_mode="two_phase")
-        twopc.write_batch(daily, sink, "daily-totals", batch_id=20261125,
+        twopc.write_batch(daily, sink, "daily-totals", write_id="2026-11-25",
                           commit_log="/durable/twopc/daily-totals")
 
-    Writing the same ``batch_id`` again (a retried job) is skipped; the returned metrics
-    say ``skipped``. Batch ids must grow: an id older than the newest one written is
-    refused. Raises :class:`~twopc.BatchFailedError` when the write fails; nothing of it is
-    then visible.
+    Writing the same ``write_id`` again (a retried job) writes nothing; the returned
+    metrics say ``skipped``. Keys need no order. Raises :class:`~twopc.BatchFailedError`
+    when the write fails; nothing of it is then visible.
 
     Args:
         df: the rows to write.
         sink: the sink; one that commits on the driver or in a single task.
         sink_id: a stable name for this output.
-        batch_id: this write's number, unique and growing per ``sink_id`` (a date such as
-            ``20261125``, a run counter).
+        write_id: this write's idempotency key, unique per ``sink_id`` (a date, a job run
+            id): 1-128 letters, digits, ``_ . : + -``, or a non-negative int.
         commit_log: where decisions are recorded; required unless the sink has its own
             default (files: next to the data).
         storage_options, retry, faults, on_metrics: as for :func:`twopc.foreach_batch`.
     """
     check_batch_sink(sink, sink_id)
-    if int(batch_id) < 0:
-        raise ConfigurationError("batch_id must be 0 or more", sink_id=sink_id)
+    key = validate_write_id(write_id, sink_id)
     writer = BatchWriter(
         sink,
         sink_id,
@@ -100,6 +119,15 @@ def write_batch(
     elif keys := sink.partition_columns():
         df = df.repartition(*keys)
     try:
-        return writer.run(batch_query_id(sink_id), int(batch_id), _SparkEngine(df), lambda: None)
+        engine = _BatchEngine(df)
+        return writer.run(batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None)
     finally:
         writer.close()
+
+
+class _BatchEngine(_SparkEngine):
+    """A batch write skipped as already written reads nothing (no state to keep, unlike a
+    streaming query's replay)."""
+
+    def discard(self) -> None:
+        return None

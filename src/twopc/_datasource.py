@@ -14,7 +14,7 @@ How Spark drives it, and what follows from it:
 
 Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
 backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
-``batch_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``).
+``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from twopc._batch_write import batch_query_id, check_batch_sink
+from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
@@ -55,7 +55,7 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "batch_id", "faults")
+_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
 _SPARK_OPTIONS = ("checkpointlocation",)
 
 
@@ -123,8 +123,16 @@ class _Setup:
                     "cannot arrange; use twopc.write_batch(df.repartition(1), ...)",
                     sink_id=sink_id,
                 )
-            batch_id = _batch_id(lowered.get("batch_id"), sink_id)
-            query_id = batch_query_id(sink_id)
+            write_id = lowered.get("write_id")
+            if not write_id:
+                raise ConfigurationError(
+                    'a batch write with format("twopc") needs .option("write_id", KEY): its '
+                    "idempotency key (a date, a job run id); writing the same key again "
+                    "writes nothing",
+                    sink_id=sink_id,
+                )
+            batch_id = BATCH_ID
+            query_id = batch_query_id(sink_id, validate_write_id(write_id, sink_id))
         faults = lowered.get("faults")
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
         return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan)
@@ -275,21 +283,6 @@ def _abort(
 
 def _reports(messages: list[WriterCommitMessage | None]) -> list[TaskReport | None]:
     return [TaskReport.loads(m.report) if isinstance(m, TwopcMessage) else None for m in messages]
-
-
-def _batch_id(value: str | None, sink_id: str) -> int:
-    try:
-        batch_id = int(value) if value is not None else -1
-    except ValueError:
-        batch_id = -1
-    if batch_id < 0:
-        raise ConfigurationError(
-            'a batch write with format("twopc") needs .option("batch_id", N): a number, '
-            "unique and growing per sink_id (a date such as 20261125); writing the same "
-            "number again is skipped",
-            sink_id=sink_id,
-        )
-    return batch_id
 
 
 def _json_object(value: str | None, name: str) -> dict[str, Any] | None:

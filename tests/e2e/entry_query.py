@@ -6,7 +6,7 @@ a Spark Connect client. Streaming runs use ``availableNow``: they end when the i
 consumed.
 
     python -m tests.e2e.entry_query --entry format --spec '<SinkSpec JSON>' \\
-        --source DIR --checkpoint DIR [--faults PLAN] [--remote URL] [--batch-id N]
+        --source DIR --checkpoint DIR [--faults PLAN] [--remote URL] [--write-id KEY] [--master M]
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ def format_options(spec: SinkSpec) -> dict[str, str]:
     raise ValueError(f"unknown backend {spec.backend!r}")
 
 
-def session(remote: str | None) -> Any:
+def session(remote: str | None, master: str = "local[2]") -> Any:
     from pyspark.sql import SparkSession
 
     if remote:
         return SparkSession.builder.remote(remote).create()
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
@@ -80,11 +80,12 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--faults", default="")
     parser.add_argument("--remote", default=None)
-    parser.add_argument("--batch-id", type=int, default=0)
+    parser.add_argument("--write-id", default="w1")
+    parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
     spec = SinkSpec.loads(args.spec)
-    spark = session(args.remote)
+    spark = session(args.remote, args.master)
     commit_log = spec.commit_log(args.checkpoint)
 
     if args.entry in ("batch", "batch-format"):
@@ -95,7 +96,7 @@ def main() -> None:
                 frame,
                 build_sink(spec),
                 spec.sink_id,
-                batch_id=args.batch_id,
+                write_id=args.write_id,
                 commit_log=commit_log,
                 faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
             )
@@ -103,7 +104,7 @@ def main() -> None:
         else:
             writer = frame.write.format("twopc").mode("append")
             options = {**format_options(spec), "sink_id": spec.sink_id}
-            options["batch_id"] = str(args.batch_id)
+            options["write_id"] = args.write_id
             if commit_log:
                 options["commit_log"] = commit_log
             if args.faults:

@@ -23,7 +23,8 @@ def command(
     *,
     faults: str = "",
     remote: str | None = None,
-    batch_id: int = 0,
+    write_id: str = "w1",
+    master: str = "local[2]",
 ) -> list[str]:
     args = [
         sys.executable,
@@ -37,8 +38,10 @@ def command(
         str(source),
         "--checkpoint",
         str(checkpoint),
-        "--batch-id",
-        str(batch_id),
+        "--write-id",
+        write_id,
+        "--master",
+        master,
     ]
     if faults:
         args += ["--faults", faults]

@@ -1,6 +1,6 @@
 """Exactly-once writes of plain DataFrames: ``twopc.write_batch`` and
 ``df.write.format("twopc")``, each run in its own process, classic and from a Spark Connect
-client. The same batch id written again is skipped, a failing write leaves nothing, the
+client. The same write id written again is skipped, a failing write leaves nothing, the
 driver SIGKILLed between the decision and the commit loses and duplicates nothing. Checked on
 what the target shows."""
 
@@ -17,7 +17,7 @@ from tests.e2e.entry_runs import command, kill_when_decided, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-BATCH = 5
+KEY = "2026-11-25"
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_a_batch_written_twice_is_written_once(target: Any, tmp_path: Path) -> N
     entry, target, spec = target
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
-    args = command(entry, spec, source, tmp_path / "log", batch_id=BATCH)
+    args = command(entry, spec, source, tmp_path / "log", write_id=KEY)
     first = run(args)
     assert first.returncode == 0, first.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
@@ -85,14 +85,14 @@ def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> No
             spec,
             source,
             tmp_path / "log",
-            batch_id=BATCH,
+            write_id=KEY,
             faults=f"after_invoke:raise@partition={partition}",
         )
     )
     assert failed.returncode != 0
     assert "injected" in failed.stderr.lower()
     assert_exactly_once(target, spec, set())
-    rerun = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
 
@@ -111,10 +111,10 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
     stalled = command(
-        entry, spec, source, tmp_path / "log", batch_id=BATCH, faults="after_decision:sleep=300"
+        entry, spec, source, tmp_path / "log", write_id=KEY, faults="after_decision:sleep=300"
     )
-    kill_when_decided(stalled, [tmp_path], BATCH)
-    rerun = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    kill_when_decided(stalled, [tmp_path], 0)
+    rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
 
@@ -135,11 +135,53 @@ def test_a_batch_write_from_a_spark_connect_client(
     entry, target, spec = target
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
-    args = command(entry, spec, source, tmp_path / "log", batch_id=BATCH, remote=connect.url)
+    args = command(entry, spec, source, tmp_path / "log", write_id=KEY, remote=connect.url)
     for _ in range(2):
         done = run(args)
         assert done.returncode == 0, done.stderr[-3000:]
         assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "postgres", "two_phase"),
+        _case("batch-format", "files", "parquet"),
+        _case("batch", "kafka", "atomic", extended=True),
+    ],
+    indirect=True,
+)
+def test_a_python_worker_killed_mid_write_is_retried(target: Any, tmp_path: Path) -> None:
+    """The killed attempt's work is aborted; Spark's retry is the one committed."""
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    partition = 0 if spec.mode == "atomic" else 1
+    done = run(
+        command(
+            entry,
+            spec,
+            source,
+            tmp_path / "log",
+            write_id=KEY,
+            master="local[2,3]",
+            faults=f"after_invoke:kill@partition={partition},attempt=0",
+        )
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+
+
+def test_another_write_id_is_another_write(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    target, spec = new_target(request, "files", "parquet", tmp_path, prefix="bw")
+    source = tmp_path / "in"
+    expected = add_input(source, 0)
+    for key in ("a", "b", "a"):
+        done = run(command("batch", spec, source, tmp_path / "log", write_id=key))
+        assert done.returncode == 0, done.stderr[-3000:]
+    seen = target.committed(spec)
+    assert set(seen) == expected
+    assert set(seen.values()) == {2}  # written under "a" and "b"; "a" again wrote nothing
 
 
 @pytest.mark.parametrize(
@@ -151,7 +193,7 @@ def test_sinks_that_could_leave_half_a_batch_are_refused(target: Any, tmp_path: 
     entry, target, spec = target
     source = tmp_path / "in"
     add_input(source, 0)
-    refused = run(command(entry, spec, source, tmp_path / "log", batch_id=BATCH))
+    refused = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert refused.returncode != 0
     expected = "commits each partition" if entry == "batch" else "in one task"
     assert expected in refused.stderr

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from twopc import ConfigurationError
-from twopc._batch_write import batch_query_id, check_batch_sink
+from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._checkpoint import query_id_of
 from twopc._datasource import _Setup
 from twopc.errors import BackendNotFoundError
@@ -179,9 +179,9 @@ def test_streaming_checkpoint_without_metadata(tmp_path: Path) -> None:
     assert setup.query_id is None
 
 
-def test_streaming_ignores_batch_id(tmp_path: Path) -> None:
+def test_streaming_ignores_write_id(tmp_path: Path) -> None:
     setup = _Setup.from_options(
-        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), batch_id="5"), streaming=True
+        _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), write_id="5"), streaming=True
     )
     assert setup.batch_id is None
     assert setup.query_id == QUERY_ID
@@ -191,48 +191,51 @@ def test_streaming_ignores_batch_id(tmp_path: Path) -> None:
 
 
 def test_batch_write(tmp_path: Path) -> None:
-    setup = _Setup.from_options(_files(tmp_path, batch_id="20261125"), streaming=False)
-    assert setup.batch_id == 20261125
-    assert setup.query_id == batch_query_id("orders")
+    setup = _Setup.from_options(_files(tmp_path, write_id="2026-11-25"), streaming=False)
+    assert setup.batch_id == BATCH_ID
+    assert setup.query_id == batch_query_id("orders", "2026-11-25")
     assert setup.checkpoint is None
     assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
 
 
-def test_batch_id_zero(tmp_path: Path) -> None:
-    assert _Setup.from_options(_files(tmp_path, batch_id="0"), streaming=False).batch_id == 0
-
-
 def test_batch_query_id_ignores_the_checkpoint(tmp_path: Path) -> None:
-    options = _files(tmp_path, batch_id="1", checkpointLocation=_checkpoint(tmp_path))
+    options = _files(tmp_path, write_id="1", checkpointLocation=_checkpoint(tmp_path))
     setup = _Setup.from_options(options, streaming=False)
-    assert setup.query_id == batch_query_id("orders") != QUERY_ID
+    assert setup.query_id == batch_query_id("orders", "1") != QUERY_ID
 
 
-@pytest.mark.parametrize("batch_id", [None, "-1", "abc", "1.5", ""])
-def test_batch_needs_a_batch_id(tmp_path: Path, batch_id: str | None) -> None:
+@pytest.mark.parametrize("write_id", [None, "", "-1", "a b", "x" * 129, "../up"])
+def test_batch_needs_a_valid_write_id(tmp_path: Path, write_id: str | None) -> None:
     options = _files(tmp_path)
-    if batch_id is not None:
-        options["batch_id"] = batch_id
-    with pytest.raises(ConfigurationError, match=r'needs \.option\("batch_id", N\)') as info:
+    if write_id is not None:
+        options["write_id"] = write_id
+    with pytest.raises(ConfigurationError, match="write_id") as info:
         _Setup.from_options(options, streaming=False)
     assert info.value.sink_id == "orders"
 
 
-def test_batch_query_id_is_stable_and_per_sink() -> None:
-    first = batch_query_id("orders")
-    assert first == batch_query_id("orders")
+def test_batch_query_id_is_stable_and_per_sink_and_key() -> None:
+    first = batch_query_id("orders", "k1")
+    assert first == batch_query_id("orders", "k1")
     assert str(uuid.UUID(first)) == first
     assert uuid.UUID(first).version == 5
-    assert first != batch_query_id("orders-2")
-    assert first != batch_query_id("Orders")
-    assert len({batch_query_id(f"sink-{i}") for i in range(50)}) == 50
+    assert first != batch_query_id("orders-2", "k1")
+    assert first != batch_query_id("orders", "k2")
+    assert len({batch_query_id(f"sink-{i}", "k") for i in range(50)}) == 50
+
+
+def test_write_ids_as_text() -> None:
+    assert validate_write_id(20261125, "s") == "20261125"
+    assert validate_write_id("2026-11-25T10:00+01", "s") == "2026-11-25T10:00+01"
+    with pytest.raises(ConfigurationError, match="write_id"):
+        validate_write_id(-1, "s")
 
 
 def test_batch_query_id_per_sink_through_options(tmp_path: Path) -> None:
-    one = _Setup.from_options(_files(tmp_path, batch_id="1"), streaming=False)
-    two = _Setup.from_options(_files(tmp_path, sink_id="other", batch_id="1"), streaming=False)
+    one = _Setup.from_options(_files(tmp_path, write_id="1"), streaming=False)
+    two = _Setup.from_options(_files(tmp_path, sink_id="other", write_id="1"), streaming=False)
     assert one.query_id != two.query_id
-    assert two.query_id == batch_query_id("other")
+    assert two.query_id == batch_query_id("other", "1")
 
 
 # -- the options the sink receives -----------------------------------------------------------
@@ -260,7 +263,7 @@ def test_options_are_typed_for_the_sink(tmp_path: Path) -> None:
 @pytest.mark.parametrize("streaming", [True, False])
 def test_unknown_sink_option(tmp_path: Path, streaming: bool) -> None:
     with pytest.raises(ConfigurationError, match="files backend has no option 'colour'"):
-        _Setup.from_options(_files(tmp_path, colour="red", batch_id="1"), streaming=streaming)
+        _Setup.from_options(_files(tmp_path, colour="red", write_id="1"), streaming=streaming)
 
 
 def test_files_needs_a_path(tmp_path: Path) -> None:
@@ -343,7 +346,8 @@ def test_only_sink_options_reach_the_sink(
         "checkpointLocation": _checkpoint(tmp_path),
         "commit_log": str(tmp_path / "log"),
         "commit_log_options": "{}",
-        "BATCH_ID": "3",
+        "WRITE_ID": "3",
+        "faults": "",
         "table": "t",
         "Flag": "true",
     }
@@ -373,7 +377,7 @@ def test_batch_refuses_a_sink_committing_each_partition(
 ) -> None:
     options = {"sink": "in_task", "sink_id": "mem", "commit_log": str(tmp_path / "log")}
     with pytest.raises(ConfigurationError, match="commits each partition") as info:
-        _Setup.from_options({**options, "batch_id": "1"}, streaming=False)
+        _Setup.from_options({**options, "write_id": "1"}, streaming=False)
     assert info.value.sink_id == "mem"
     # the same sink is fine for streaming, where each batch is replayed until complete
     assert _Setup.from_options(options, streaming=True).batch_id is None
@@ -388,7 +392,7 @@ def test_single_task_sinks_are_refused(
         "sink_id": "mem",
         "commit_log": str(tmp_path / "log"),
         "single": "true",
-        "batch_id": "1",
+        "write_id": "1",
         "checkpointLocation": _checkpoint(tmp_path),
     }
     with pytest.raises(ConfigurationError, match=rf"one task.*twopc\.{advice}") as info:
@@ -401,9 +405,9 @@ def test_batch_accepts_a_sink_committing_on_the_driver(
     tmp_path: Path, received: list[dict[str, Any]]
 ) -> None:
     options = {"sink": "driver", "sink_id": "mem", "commit_log": str(tmp_path / "log")}
-    setup = _Setup.from_options({**options, "batch_id": "7"}, streaming=False)
+    setup = _Setup.from_options({**options, "write_id": "7"}, streaming=False)
     assert isinstance(setup.sink, MemoryDriverSink)
-    assert (setup.batch_id, setup.query_id) == (7, batch_query_id("mem"))
+    assert (setup.batch_id, setup.query_id) == (BATCH_ID, batch_query_id("mem", "7"))
 
 
 # -- query_id_of -----------------------------------------------------------------------------
