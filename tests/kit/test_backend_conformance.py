@@ -21,6 +21,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 
 class _PostgresTarget:
+    sink_factory: str
+
+    def format_options(self, target: str) -> dict[str, str]:
+        mode = "two_phase" if "two_phase" in self.sink_factory else "transaction"
+        return {
+            "sink": "postgres",
+            "dsn": factories.postgres_dsn(),
+            "table": target,
+            "transaction_mode": mode,
+        }
+
     def new_target(self, tmp_path: Path) -> str:
         table = f"kit_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(factories.postgres_dsn(), autocommit=True) as conn:
@@ -36,6 +47,17 @@ class _PostgresTarget:
 
 
 class _MySQLTarget:
+    sink_factory: str
+
+    def format_options(self, target: str) -> dict[str, str]:
+        mode = "two_phase" if "two_phase" in self.sink_factory else "transaction"
+        return {
+            "sink": "mysql",
+            "dsn": factories.mysql_dsn(),
+            "table": target,
+            "transaction_mode": mode,
+        }
+
     def _connect(self) -> Any:
         return pymysql.connect(
             **parse_mysql_dsn(factories.mysql_dsn()).connect_kwargs(), autocommit=True
@@ -85,6 +107,17 @@ class TestMySQLTwoPhaseConformance(_MySQLTarget, SinkConformanceSuite):
 
 
 class _KafkaTarget:
+    sink_factory: str
+
+    def format_options(self, target: str) -> dict[str, str]:
+        return {
+            "sink": "kafka",
+            "bootstrap_servers": factories.kafka_bootstrap(),
+            "topic": target,
+            "mode": "atomic" if "atomic" in self.sink_factory else "per_partition",
+            "operation_timeout_seconds": "20",
+        }
+
     def new_target(self, tmp_path: Path) -> str:
         return create_topic(factories.kafka_bootstrap(), unique("kit"), partitions=2)
 

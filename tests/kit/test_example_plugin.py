@@ -24,22 +24,30 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "twopc-sqlite"
 
 
-def _env() -> dict[str, str]:
+def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    for name in ("PYTHONPATH", "TWOPC_FAULTS", "TWOPC_DISABLE_PLUGINS", "VIRTUAL_ENV"):
+    for name in (
+        "PYTHONPATH",
+        "TWOPC_FAULTS",
+        "TWOPC_DISABLE_PLUGINS",
+        "VIRTUAL_ENV",
+        "PYSPARK_PYTHON",
+        "PYSPARK_DRIVER_PYTHON",
+    ):
         env.pop(name, None)
+    env.update(extra)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the example's source tree
     return env
 
 
 def _run(
-    args: list[str | Path], cwd: Path, timeout: float = 600
+    args: list[str | Path], cwd: Path, timeout: float = 600, **env: str
 ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
-        env=_env(),
+        env=_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -123,3 +131,58 @@ def test_the_example_passes_the_conformance_kit(venv: Path, tmp_path: Path) -> N
     assert "6 skipped" in spark, spark
     assert "skipped  a real foreachBatch query is exactly-once (pyspark is not installed" in spark
     assert "pip install 'twopc[spark]'" in spark, spark
+
+
+@pytest.mark.slow
+def test_the_example_works_through_every_entry_point(venv: Path, tmp_path: Path) -> None:
+    """With pyspark added, the example's own kit run drives its sinks through
+    ``foreach_batch``, ``twopc.write_batch``, ``df.write.format("twopc")`` and
+    ``writeStream.format("twopc")``: the plugin has no code for any of them. pyspark goes
+    into a separate directory (``PYTHONPATH``), so the module's virtualenv stays without it."""
+    python = venv / "bin" / "python"
+    lib = tmp_path / "pyspark-lib"
+    _ok(
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                lib,
+                "pyspark>=4.1",
+                "pandas>=2.2,<3",
+            ],
+            tmp_path,
+        )
+    )
+    env = {"PYTHONPATH": str(lib), "PYSPARK_PYTHON": str(python)}
+    result = _run(
+        [
+            python,
+            "-m",
+            "pytest",
+            EXAMPLE / "tests",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            "-k",
+            "spark or batch or format",
+        ],
+        tmp_path,
+        **env,
+    )
+    output = _ok(result)
+    driver, in_task = output.split("twopc conformance: TestSqliteTaskConformance")
+    for words in (
+        "passed   a real foreachBatch query is exactly-once",
+        "passed   a batch write is all or nothing, once per write_id (2 of 2 cases)",
+        'passed   df.write.format("twopc") writes once per write_id',
+        'passed   writeStream.format("twopc") is exactly-once, replays included',
+    ):
+        assert words in driver, output
+    assert 'passed   writeStream.format("twopc") is exactly-once, replays included' in in_task
+    assert "batch writes refuse this sink clearly" in in_task, output
+    assert "FAILED" not in output, output

@@ -14,6 +14,9 @@ pytestmark = pytest.mark.e2e
 class TestFilesConformance(SinkConformanceSuite):
     sink_factory = "tests.kit.factories:files_sink"
 
+    def format_options(self, target: str) -> dict[str, str]:
+        return {"sink": "files", "path": target, "format": "parquet"}
+
     def read_committed(self, target: str) -> list[int]:
         try:
             dataset = ds.dataset(target, format="parquet")

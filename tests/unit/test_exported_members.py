@@ -143,6 +143,7 @@ def test_the_testing_helpers_are_pinned() -> None:
         "GUARANTEES",
         "CrashChecks",
         "DriverCommitChecks",
+        "EntryPointChecks",
         "MemoryDriverSink",
         "MemoryPayload",
         "MemoryStore",

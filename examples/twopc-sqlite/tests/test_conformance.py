@@ -13,6 +13,7 @@ import pyarrow as pa
 from twopc.testing import (
     CrashChecks,
     DriverCommitChecks,
+    EntryPointChecks,
     SparkChecks,
     TaskCommitChecks,
     TaskSideChecks,
@@ -38,7 +39,7 @@ class _SqliteFile:
 
 
 class TestSqliteConformance(
-    _SqliteFile, TaskSideChecks, DriverCommitChecks, SparkChecks, CrashChecks
+    _SqliteFile, TaskSideChecks, DriverCommitChecks, SparkChecks, EntryPointChecks, CrashChecks
 ):
     """Every check that applies to a sink that commits on the driver (``SqliteSink`` is a
     ``twopc.CommitsOnDriver``); ``SinkConformanceSuite`` would run the same and skip the
@@ -47,11 +48,18 @@ class TestSqliteConformance(
     # importable in the kit's fresh processes: it lives in the installed package
     sink_factory = "twopc_sqlite.testing:make_sink"
 
+    def format_options(self, target: str) -> dict[str, str]:
+        # format("twopc") and its batch writes take create_sink's options as strings
+        return {"sink": "sqlite", "path": target, "table": "rows"}
+
 
 class TestSqliteTaskConformance(
-    _SqliteFile, TaskSideChecks, TaskCommitChecks, SparkChecks, CrashChecks
+    _SqliteFile, TaskSideChecks, TaskCommitChecks, SparkChecks, EntryPointChecks, CrashChecks
 ):
     """Every check that applies to a sink that commits in the task (``SqliteTaskSink`` is a
     ``twopc.CommitsInTask``)."""
 
     sink_factory = "twopc_sqlite.testing:make_task_sink"
+
+    def format_options(self, target: str) -> dict[str, str]:
+        return {"sink": "sqlite-task", "path": target, "table": "rows"}

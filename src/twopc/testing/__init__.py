@@ -18,9 +18,10 @@ Install with ``pip install "twopc[testing]"`` and write a test module::
 does not have. The checks also come as one class per part of the contract, to compose:
 :class:`TaskSideChecks` (every sink), :class:`DriverCommitChecks`
 (:class:`~twopc.CommitsOnDriver`), :class:`TaskCommitChecks` (:class:`~twopc.CommitsInTask`),
-:class:`SparkChecks` (real ``foreachBatch`` queries) and :class:`CrashChecks` (SIGKILL at
-every crash point, then a restart). Each test gets a fresh target from the ``target``
-fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
+:class:`SparkChecks` (real ``foreachBatch`` queries), :class:`EntryPointChecks` (batch
+writes and ``format("twopc")`` queries; provide ``format_options(target)``) and
+:class:`CrashChecks` (SIGKILL at every crash point, then a restart). Each test gets a fresh
+target from the ``target`` fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
 
 :class:`MemoryDriverSink` and :class:`MemoryTaskSink` are complete sinks of each role that
 keep their target in memory (in one process), for reading and for tests of code around a
@@ -30,6 +31,7 @@ sink. Minor releases of twopc may add checks.
 from twopc.testing._base import GUARANTEES, SinkChecks, guarantee
 from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
 from twopc.testing._crash_checks import CrashChecks, crash_points
+from twopc.testing._entry_point_checks import EntryPointChecks
 from twopc.testing._memory import (
     MemoryDriverSink,
     MemoryPayload,
@@ -45,6 +47,7 @@ __all__ = [
     "GUARANTEES",
     "CrashChecks",
     "DriverCommitChecks",
+    "EntryPointChecks",
     "MemoryDriverSink",
     "MemoryPayload",
     "MemoryStore",

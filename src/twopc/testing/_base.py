@@ -51,6 +51,9 @@ GUARANTEES = {
     "spark-replay": "Spark's replay of a batch id writes nothing",
     "spark-task-retry": "Spark task failure and retry",
     "crash-exactly-once": "SIGKILL at every crash point, restart: exactly-once",
+    "batch-write": "a batch write is all or nothing, once per write_id",
+    "format-batch": 'df.write.format("twopc") writes once per write_id',
+    "format-stream": 'writeStream.format("twopc") is exactly-once, replays included',
 }
 """Every guarantee the kit checks, by id, with the words the summary prints."""
 

@@ -14,7 +14,9 @@ import pytest
 from twopc.testing._base import SinkChecks, expect, guarantee
 from twopc.testing._runner import batch_ids
 
-__all__ = ["SparkChecks"]
+__all__ = ["INPUT_SCHEMA", "SparkChecks", "spark_input", "spark_session"]
+
+INPUT_SCHEMA = "id long, payload string"
 
 
 class SparkChecks(SinkChecks):
@@ -22,16 +24,10 @@ class SparkChecks(SinkChecks):
     a task that fails once and is retried by Spark."""
 
     def _spark_query(self, tmp_path: Path, target: str, writer: Any, files: int) -> None:
-        spark = _spark_session(self.spark_master)
-        source = tmp_path / "spark-input"
-        source.mkdir(exist_ok=True)
-        for index in range(files):
-            path = source / f"part-{index:04d}.json"
-            if not path.exists():
-                rows = [{"id": i, "payload": f"row-{i}"} for i in batch_ids(index, 0, 40)]
-                path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        spark = spark_session(self.spark_master)
+        source = spark_input(tmp_path, files)
         stream = (
-            spark.readStream.schema("id long, payload string")
+            spark.readStream.schema(INPUT_SCHEMA)
             .option("maxFilesPerTrigger", 1)
             .json(str(source))
             .repartition(2, "id")
@@ -91,7 +87,19 @@ class SparkChecks(SinkChecks):
 _SESSIONS: dict[str, Any] = {}
 
 
-def _spark_session(master: str) -> Any:
+def spark_input(tmp_path: Path, files: int) -> Path:
+    """JSON input for the kit's Spark checks: file ``i`` holds ``batch_ids(i, 0, 40)``."""
+    source = tmp_path / "spark-input"
+    source.mkdir(exist_ok=True)
+    for index in range(files):
+        path = source / f"part-{index:04d}.json"
+        if not path.exists():
+            rows = [{"id": i, "payload": f"row-{i}"} for i in batch_ids(index, 0, 40)]
+            path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return source
+
+
+def spark_session(master: str) -> Any:
     """A SparkSession for the kit's Spark tests (the active one if there is one)."""
     try:
         from pyspark.sql import SparkSession

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
 from twopc.testing._crash_checks import CrashChecks
+from twopc.testing._entry_point_checks import EntryPointChecks
 from twopc.testing._spark_checks import SparkChecks
 
 __all__ = ["SinkConformanceSuite"]
 
 
 class SinkConformanceSuite(
-    TaskSideChecks, DriverCommitChecks, TaskCommitChecks, SparkChecks, CrashChecks
+    TaskSideChecks, DriverCommitChecks, TaskCommitChecks, SparkChecks, EntryPointChecks, CrashChecks
 ):
     """Every check of the kit. The checks of the commit role the sink does not have are
     skipped with that reason; compose the check classes yourself to run fewer, e.g.

@@ -1,0 +1,185 @@
+"""The checks through twopc's other entry points: batch writes (``twopc.write_batch`` and
+``df.write.format("twopc")``) and ``df.writeStream.format("twopc")``. A plugin needs no code
+for them; the format checks only need its sink as string options (:meth:`format_options`)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twopc.testing._base import SinkChecks, expect, guarantee
+from twopc.testing._runner import batch_ids
+from twopc.testing._spark_checks import INPUT_SCHEMA, spark_input, spark_session
+
+__all__ = ["EntryPointChecks"]
+
+
+class EntryPointChecks(SinkChecks):
+    """Batch writes (all or nothing, once per ``write_id``) and ``format("twopc")`` queries
+    (a replayed batch id writes nothing), on a real local Spark session.
+
+    Provide :meth:`format_options` for the ``format("twopc")`` checks. A sink that cannot
+    take part in an entry point (batch writes of a sink that commits each partition in its
+    task; ``format("twopc")`` with a sink that writes a batch in one task) must refuse it
+    with a clear error: the check then passes as skipped, naming the refusal.
+    """
+
+    def format_options(self, target: str) -> dict[str, str] | None:
+        """The sink for ``target`` as ``format("twopc")`` options: ``{"sink": "<backend
+        name>", ...}`` plus the backend's :func:`twopc.create_sink` options as strings.
+        ``None`` (the default) skips the format checks."""
+        return None
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _batch_frame(self, tmp_path: Path, files: int = 2) -> Any:
+        spark = spark_session(self.spark_master)
+        source = spark_input(tmp_path, files)
+        return spark.read.schema(INPUT_SCHEMA).json(str(source)).repartition(2, "id")
+
+    def _options(self, target: str) -> dict[str, str]:
+        options = self.format_options(target)
+        if options is None:
+            pytest.skip("format_options(target) is not provided")
+        if "sink" not in options:
+            raise TypeError("format_options(target) must name the backend: {'sink': ...}")
+        return dict(options)
+
+    def _refused_batch(self, target: str) -> None:
+        """Skip, naming the refusal, when batch writes refuse this sink."""
+        import twopc
+        from twopc._batch_write import check_batch_sink
+
+        try:
+            check_batch_sink(self.make_sink(target), "kit")
+        except twopc.ConfigurationError as exc:
+            pytest.skip(f"batch writes refuse this sink clearly: {exc.cause_message}")
+
+    @staticmethod
+    def _expected(files: int) -> list[int]:
+        return [i for b in range(files) for i in batch_ids(b, 0, 40)]
+
+    # -- batch writes ---------------------------------------------------------------------
+
+    @guarantee("batch-write")
+    def test_write_batch_writes_once_per_write_id(self, target: str, tmp_path: Path) -> None:
+        import twopc
+
+        self._refused_batch(target)
+        frame = self._batch_frame(tmp_path)
+        sink_id, log = f"kit-{uuid.uuid4().hex[:8]}", str(tmp_path / "batch-log")
+        first = twopc.write_batch(
+            frame, self.make_sink(target), sink_id, write_id="k1", commit_log=log
+        )
+        again = twopc.write_batch(
+            frame, self.make_sink(target), sink_id, write_id="k1", commit_log=log
+        )
+        statuses = (str(first.status), str(again.status))
+        expect(
+            statuses == ("committed", "skipped"),
+            "batch-write",
+            f"the same write_id written twice ran as {statuses}",
+        )
+        self.exactly(self.visible(target), self._expected(2), "batch-write", "after two writes")
+
+    @guarantee("batch-write")
+    def test_a_failed_batch_write_leaves_nothing(self, target: str, tmp_path: Path) -> None:
+        import twopc
+
+        self._refused_batch(target)
+        sink = self.make_sink(target)
+        partition = 0 if sink.single_task else 1
+        faults = twopc.FaultPlan.parse(f"after_invoke:raise@partition={partition}")
+        with pytest.raises(twopc.TwoPCError):
+            twopc.write_batch(
+                self._batch_frame(tmp_path),
+                sink,
+                f"kit-{uuid.uuid4().hex[:8]}",
+                write_id="k1",
+                commit_log=str(tmp_path / "batch-log"),
+                faults=faults,
+            )
+        self.exactly(self.visible(target), [], "batch-write", "after a failed write")
+
+    @guarantee("format-batch")
+    def test_format_batch_write_writes_once_per_write_id(self, target: str, tmp_path: Path) -> None:
+        import twopc
+
+        options = self._options(target)
+        self._refused_batch(target)
+        frame = self._batch_frame(tmp_path)
+        twopc.register(frame.sparkSession)
+        options.update(
+            sink_id=f"kit-{uuid.uuid4().hex[:8]}",
+            write_id="k1",
+            commit_log=str(tmp_path / "format-log"),
+        )
+        single = self.make_sink(target).single_task
+        for _ in range(2):
+            with _refused_if(single, "format-batch"):
+                frame.write.format("twopc").options(**options).mode("append").save()
+        self.exactly(self.visible(target), self._expected(2), "format-batch", "after two writes")
+
+    # -- streaming ------------------------------------------------------------------------
+
+    @guarantee("format-stream")
+    def test_format_stream_query_and_replay(self, target: str, tmp_path: Path) -> None:
+        import twopc
+
+        options = self._options(target)
+        single = self.make_sink(target).single_task
+        spark = spark_session(self.spark_master)
+        twopc.register(spark)
+        checkpoint = tmp_path / "format-checkpoint"
+        options.update(
+            sink_id=f"kit-{uuid.uuid4().hex[:8]}",
+            commit_log=str(tmp_path / "format-log"),
+            checkpointLocation=str(checkpoint),
+        )
+
+        def run() -> None:
+            frame = (
+                spark.readStream.schema(INPUT_SCHEMA)
+                .option("maxFilesPerTrigger", 1)
+                .json(str(spark_input(tmp_path, 2)))
+                .repartition(2, "id")
+            )
+            with _refused_if(single, "format-stream"):
+                query = (
+                    frame.writeStream.format("twopc")
+                    .options(**options)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination()
+
+        run()
+        self.exactly(self.visible(target), self._expected(2), "format-stream", "after the query")
+        # Spark runs batch 1 again when its commit was not recorded: the write is a replay
+        (checkpoint / "commits" / "1").unlink()
+        (checkpoint / "commits" / ".1.crc").unlink(missing_ok=True)
+        shutil.rmtree(checkpoint / "state", ignore_errors=True)
+        run()
+        self.exactly(self.visible(target), self._expected(2), "format-stream", "after a replay")
+
+
+@contextlib.contextmanager
+def _refused_if(single_task: bool, key: str) -> Iterator[None]:
+    """For a sink that writes a batch in one task, ``format("twopc")`` must refuse with an
+    error that says so; the check is then skipped, naming the refusal."""
+    if not single_task:
+        yield
+        return
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        expect("in one task" in text, key, f"refused without saying why: {text[:500]}")
+        pytest.skip('format("twopc") refuses sinks that write a batch in one task, clearly')
+    expect(False, key, 'format("twopc") accepted a sink that writes a batch in one task')
