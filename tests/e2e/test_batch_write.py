@@ -42,11 +42,11 @@ def _status(output: str) -> str:
     "target",
     [
         _case("batch", "files", "parquet"),
-        _case("batch", "postgres", "two_phase"),
+        _case("batch", "postgres", "two_phase", extended=True),
         _case("batch", "mysql", "two_phase", extended=True),
         _case("batch", "kafka", "atomic"),
-        _case("batch-format", "files", "parquet"),
-        _case("batch-format", "postgres", "two_phase", extended=True),
+        _case("batch-format", "files", "parquet", extended=True),
+        _case("batch-format", "postgres", "two_phase"),
     ],
     indirect=True,
 )
@@ -69,7 +69,7 @@ def test_a_batch_written_twice_is_written_once(target: Any, tmp_path: Path) -> N
     "target",
     [
         _case("batch", "postgres", "two_phase"),
-        _case("batch-format", "files", "parquet"),
+        _case("batch-format", "files", "parquet", extended=True),
         _case("batch", "kafka", "atomic", extended=True),
     ],
     indirect=True,
@@ -100,7 +100,7 @@ def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> No
 @pytest.mark.parametrize(
     "target",
     [
-        _case("batch", "postgres", "two_phase"),
+        _case("batch", "postgres", "two_phase", extended=True),
         _case("batch", "kafka", "atomic"),
         _case("batch-format", "files", "parquet"),
     ],
@@ -122,9 +122,9 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
 @pytest.mark.parametrize(
     "target",
     [
-        _case("batch", "files", "parquet"),
+        _case("batch", "files", "parquet", extended=True),
         _case("batch", "postgres", "two_phase"),
-        _case("batch-format", "postgres", "two_phase"),
+        _case("batch-format", "postgres", "two_phase", extended=True),
         _case("batch", "kafka", "atomic", extended=True),
     ],
     indirect=True,
@@ -145,7 +145,7 @@ def test_a_batch_write_from_a_spark_connect_client(
 @pytest.mark.parametrize(
     "target",
     [
-        _case("batch", "postgres", "two_phase"),
+        _case("batch", "postgres", "two_phase", extended=True),
         _case("batch-format", "files", "parquet"),
         _case("batch", "kafka", "atomic", extended=True),
     ],
@@ -172,6 +172,7 @@ def test_a_python_worker_killed_mid_write_is_retried(target: Any, tmp_path: Path
     assert_exactly_once(target, spec, expected)
 
 
+@pytest.mark.extended
 def test_another_write_id_is_another_write(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     target, spec = new_target(request, "files", "parquet", tmp_path, prefix="bw")
     source = tmp_path / "in"

@@ -47,7 +47,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     target.cleanup(spec)
 
 
-@pytest.mark.parametrize("target", _params(CASES), indirect=True)
+@pytest.mark.parametrize("target", _params(CASES, ci={("files", "parquet")}), indirect=True)
 def test_a_format_query_runs_again_over_more_input(target: Any, tmp_path: Path) -> None:
     target, spec = target
     source, checkpoint = tmp_path / "in", tmp_path / "chk"
@@ -87,7 +87,9 @@ def test_a_failing_task_commits_nothing_of_its_batch(target: Any, tmp_path: Path
     assert_exactly_once(target, spec, expected)
 
 
-@pytest.mark.parametrize("target", _params(CRASH_CASES), indirect=True)
+@pytest.mark.parametrize(
+    "target", _params(CRASH_CASES, ci={("postgres", "two_phase")}), indirect=True
+)
 def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path: Path) -> None:
     target, spec = target
     source, checkpoint = tmp_path / "in", tmp_path / "chk"

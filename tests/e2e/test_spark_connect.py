@@ -25,7 +25,11 @@ CASES = [
     ("format", "postgres", "two_phase"),
     ("format", "kafka", "per_partition"),
 ]
-EXTENDED = {("foreach", "kafka", "atomic"), ("format", "kafka", "per_partition")}
+EXTENDED = {
+    ("foreach", "kafka", "atomic"),
+    ("format", "postgres", "two_phase"),
+    ("foreach", "kafka", "per_partition"),
+}
 KILL_CASES = [
     ("foreach", "postgres", "two_phase"),
     ("format", "files", "parquet"),
