@@ -44,9 +44,9 @@ def _status(output: str) -> str:
         _case("batch", "files", "parquet"),
         _case("batch", "postgres", "two_phase", extended=True),
         _case("batch", "mysql", "two_phase", extended=True),
-        _case("batch", "kafka", "atomic"),
+        _case("batch", "kafka", "atomic", extended=True),
         _case("batch-format", "files", "parquet", extended=True),
-        _case("batch-format", "postgres", "two_phase"),
+        _case("batch-format", "postgres", "two_phase", extended=True),
     ],
     indirect=True,
 )

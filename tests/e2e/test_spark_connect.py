@@ -26,6 +26,7 @@ CASES = [
     ("format", "kafka", "per_partition"),
 ]
 EXTENDED = {
+    ("foreach", "files", "parquet"),
     ("foreach", "kafka", "atomic"),
     ("format", "postgres", "two_phase"),
     ("foreach", "kafka", "per_partition"),
