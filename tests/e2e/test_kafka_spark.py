@@ -124,8 +124,13 @@ def _committed_batches(run: RunResult) -> dict[int, int]:
 
 @pytest.mark.parametrize(
     ("mode", "crash_point"),
-    [("per_partition", "before_decision"), ("atomic", "after_decision")],
-    ids=["per_partition-before_decision", "atomic-after_decision"],
+    [
+        pytest.param("per_partition", "before_decision", id="per_partition-before_decision"),
+        # atomic after the decision: also in CI through test_batch_write's Kafka atomic case
+        pytest.param(
+            "atomic", "after_decision", id="atomic-after_decision", marks=pytest.mark.extended
+        ),
+    ],
 )
 def test_driver_killed_mid_stream_then_restarted_counts_each_window_once(
     kafka_bootstrap: str,  # noqa: F811

@@ -23,13 +23,16 @@ TEXTS = [
 ]
 
 
+_EXTENDED = [pytest.mark.extended]  # CI keeps one crash per database; --extended runs all
+
+
 @pytest.mark.parametrize(
     ("backend", "mode", "crash"),
     [
         ("mysql", "transaction", "after_task_commit:kill@batch=2,partition=1"),
-        ("mysql", "two_phase", "after_decision:kill@batch=2"),
+        pytest.param("mysql", "two_phase", "after_decision:kill@batch=2", marks=_EXTENDED),
         ("postgres", "two_phase", "between_commits:kill@batch=2"),
-        ("postgres", "transaction", "after_commit:kill@batch=2"),
+        pytest.param("postgres", "transaction", "after_commit:kill@batch=2", marks=_EXTENDED),
     ],
 )
 def test_word_count_is_exactly_once_through_a_crash(
