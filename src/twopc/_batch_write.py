@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from twopc._metrics import BatchMetrics
 from twopc._paths import CommitPath
 from twopc._retry import RetryPolicy
-from twopc._spark import _SparkEngine
+from twopc._spark import _SparkEngine, arrange_for
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
@@ -114,12 +114,8 @@ def write_batch(
         faults=faults,
         on_metrics=on_metrics,
     )
-    if sink.single_task:
-        df = df.repartition(1)
-    elif keys := sink.partition_columns():
-        df = df.repartition(*keys)
     try:
-        engine = _BatchEngine(df)
+        engine = _BatchEngine(arrange_for(sink, df))
         return writer.run(batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None)
     finally:
         writer.close()

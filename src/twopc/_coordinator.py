@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from twopc._boundary import describe_exception, leaving_sink
-from twopc._commit_log import BatchRun, CommitLog, Decision
+from twopc._commit_log import BatchRun, BatchState, CommitLog, Decision
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import CommitPath
 from twopc._phase1 import BatchEngine, Phase1Task
@@ -300,16 +300,9 @@ class Coordinator:
             )
             engine.discard()
             return self._finish(base, started)
-        self._guard.order(query_id, batch_id, state.newest_decided)
-        run = BatchRun(
-            Footprint(self.sink.naming(), _partition_count(engine)),
-            input_fingerprint,
-            path=self.path,
-            started_at=time.time(),
+        run = self.record_run(
+            query_id, batch_id, state, _partition_count(engine), input_fingerprint
         )
-        self._guard.replay_shape(state.runs, run, query_id, batch_id)
-        self._guard.markers_kept(state.runs, query_id, batch_id)
-        self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
 
         task = Phase1Task(
             self.sink, self.sink_id, query_id, batch_id, self.path, run_id, self.faults, self.retry
@@ -358,6 +351,28 @@ class Coordinator:
             tasks=tasks,
         )
         return self._finish(metrics, started)
+
+    def record_run(
+        self,
+        query_id: str,
+        batch_id: int,
+        state: BatchState,
+        partitions: int,
+        input_fingerprint: str | None,
+    ) -> BatchRun:
+        """Check that the batch may be written now (order, shape of a replay, markers) and
+        record this run of it before its work becomes visible."""
+        self._guard.order(query_id, batch_id, state.newest_decided)
+        run = BatchRun(
+            Footprint(self.sink.naming(), partitions),
+            input_fingerprint,
+            path=self.path,
+            started_at=time.time(),
+        )
+        self._guard.replay_shape(state.runs, run, query_id, batch_id)
+        self._guard.markers_kept(state.runs, query_id, batch_id)
+        self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
+        return run
 
     def decide_and_commit(
         self, query_id: str, batch_id: int, committables: Sequence[Committable]

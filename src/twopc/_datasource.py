@@ -19,7 +19,6 @@ backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -42,7 +41,7 @@ from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
 from twopc._reported import abort_reported, commit_reported
 from twopc._reports import TaskReport
-from twopc._sink_options import typed_options
+from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
@@ -289,9 +288,6 @@ def _json_object(value: str | None, name: str) -> dict[str, Any] | None:
     if not value:
         return None
     try:
-        parsed = json.loads(value)
+        return json_object(value)
     except ValueError as exc:
         raise ConfigurationError(f"option {name!r} must be a JSON object: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise ConfigurationError(f"option {name!r} must be a JSON object")
-    return parsed

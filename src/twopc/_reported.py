@@ -72,16 +72,7 @@ def commit_reported(
             batch_id=batch_id,
             partition=failed[0],
         )
-    c._guard.order(query_id, batch_id, state.newest_decided)
-    run = BatchRun(
-        Footprint(c.sink.naming(), len(reports)),
-        input_fingerprint,
-        path=c.path,
-        started_at=time.time(),
-    )
-    c._guard.replay_shape(state.runs, run, query_id, batch_id)
-    c._guard.markers_kept(state.runs, query_id, batch_id)
-    c.commit_log.record_run(query_id, batch_id, run, known=state.runs)
+    run = c.record_run(query_id, batch_id, state, len(reports), input_fingerprint)
     try:
         committables = c._collect(present, query_id, batch_id)
     except BaseException:
@@ -114,27 +105,19 @@ def abort_reported(
     query_id: str,
     batch_id: int,
     reports: Sequence[TaskReport | None],
-) -> int:
+) -> None:
     """Spark gave up on the batch (a task failed, or ``commit`` raised): abort what its
     tasks prepared, except what a recorded decision holds (a restart commits that), and
     remove what never prepared. Tasks that committed in the task stay committed; their
-    markers make the replay skip them. Returns how many units of work were aborted."""
+    markers make the replay skip them."""
     c = coordinator
     decision = c.commit_log.decision(query_id, batch_id)
     present = [r for r in reports if r is not None]
-    if decision is not None:
-        aborted = _abort_outside(c, present, decision)
-        c._sweep()
-        return aborted
-    if c._driver is None:
-        c._sweep()
-        return 0
-    prepared = [
-        p for p in c._list_prepared(c._driver) if (p.query_id, p.batch_id) == (query_id, batch_id)
-    ]
-    c._abort(c._driver, prepared, "prepared work of the failed batch")
+    if decision is None:
+        c._abort_batch(query_id, batch_id)
+        return
+    _abort_outside(c, present, decision)
     c._sweep()
-    return len(prepared)
 
 
 def _abort_replayed(c: Coordinator, reports: Sequence[TaskReport]) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from twopc.errors import ConfigurationError
 
-__all__ = ["typed_options"]
+__all__ = ["json_object", "typed_options"]
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -111,7 +111,7 @@ def _convert(backend: str, name: str, value: Any, annotation: Any) -> Any:
         (("bool",), _bool),
         (("int",), int),
         (("float",), float),
-        (("dict", "Mapping"), _json_object),
+        (("dict", "Mapping"), json_object),
         (("Sequence", "list", "tuple"), _names),
     )
     convert = next((f for prefixes, f in converters if kind.startswith(prefixes)), None)
@@ -134,7 +134,8 @@ def _bool(value: str) -> bool:
     raise ValueError("use true or false")
 
 
-def _json_object(value: str) -> dict[str, Any]:
+def json_object(value: str) -> dict[str, Any]:
+    """A JSON object from text; ValueError for anything else."""
     parsed = json.loads(value)
     if not isinstance(parsed, dict):
         raise ValueError("expected a JSON object")

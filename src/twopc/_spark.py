@@ -24,13 +24,23 @@ from twopc.protocol import Sink
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["SparkBatchWriter", "foreach_batch", "is_connect_session"]
+__all__ = ["SparkBatchWriter", "arrange_for", "foreach_batch", "is_connect_session"]
 
 _log = logging.getLogger("twopc")
 
 _QUERY_ID_KEY = "sql.streaming.queryId"
 _RUN_ID_KEY = "spark.jobGroup.id"
 _REPORT_SCHEMA = "report string"
+
+
+def arrange_for(sink: Sink[Any], df: DataFrame) -> DataFrame:
+    """The batch partitioned as the sink needs it: one task for a single-task sink, by its
+    partition columns (all rows of a key in one task) where it names any."""
+    if sink.single_task:
+        return df.repartition(1)
+    if keys := sink.partition_columns():
+        return df.repartition(*keys)
+    return df
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -178,6 +188,7 @@ class SparkBatchWriter(BatchWriter):
         super().__init__(*args, **kwargs)
         self._persist = persist
         self._checkpoint_location = checkpoint_location
+        self._connect_query_id: str | None = None
         self._checked_queries: set[str] = set()
         self._checkpoints: dict[str, str | None] = {}
         self._speculation: bool | None = None
@@ -223,7 +234,8 @@ class SparkBatchWriter(BatchWriter):
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
-        query_id = query_id_of(checkpoint)
+        # the checkpoint's query id never changes: read its metadata file once
+        query_id = self._connect_query_id = self._connect_query_id or query_id_of(checkpoint)
         if query_id is None:
             raise ConfigurationError(
                 f"no query id in {checkpoint}/metadata: checkpoint_location must be the "
@@ -239,11 +251,7 @@ class SparkBatchWriter(BatchWriter):
     def _write(
         self, df: DataFrame, batch_id: int, query_id: str, checkpoint: str | None, run_id: str
     ) -> None:
-        keys = self.sink.partition_columns()
-        if self.sink.single_task:
-            df = df.repartition(1)
-        elif keys:
-            df = df.repartition(*keys)
+        df = arrange_for(self.sink, df)
         if self._persist:
             df = df.persist()
         try:
