@@ -161,8 +161,16 @@ def wait_until_stable(bootstrap: str, topic: str, within: float) -> float:
     ``within`` seconds (a transaction holding read_committed readers back)."""
     started = time.monotonic()
     while True:
-        stable = end_offset(bootstrap, topic, 0, "read_committed")
-        high = end_offset(bootstrap, topic, 0, "read_uncommitted")
+        try:
+            stable = end_offset(bootstrap, topic, 0, "read_committed")
+            high = end_offset(bootstrap, topic, 0, "read_uncommitted")
+        except KafkaException as exc:
+            # right after a stalled broker resumes, it may answer "not leader" or time out
+            # for a moment while it re-elects itself; only a lasting error fails the wait
+            if not _is_retriable(exc) or time.monotonic() - started >= within:
+                raise
+            time.sleep(0.5)
+            continue
         if stable == high:
             return time.monotonic() - started
         assert time.monotonic() - started < within, (
@@ -170,6 +178,22 @@ def wait_until_stable(bootstrap: str, topic: str, within: float) -> float:
             f"{within}s: read_committed readers are stuck behind a transaction"
         )
         time.sleep(0.2)
+
+
+def _is_retriable(exc: KafkaException) -> bool:
+    """Whether a client error is one a recovering broker gives for a moment."""
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    transient = {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    }
+    return bool(error.retriable()) or error.code() in transient
 
 
 # -- kcat ------------------------------------------------------------------------------------
