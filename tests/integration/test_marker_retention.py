@@ -32,7 +32,8 @@ from tests.integration.kafka_support import TIMEOUT
 from tests.integration.services import Services
 from twopc.local import LocalStream
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# its own broker with a one-minute offsets retention (~90 s): --extended and the campaigns
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.extended]
 
 
 def _free_base_port() -> int:
