@@ -28,10 +28,11 @@ from typing import Any
 from twopc._liveness import HEARTBEAT_NAME, Heartbeat
 from twopc._paths import CommitPath
 from twopc.errors import UnsupportedFormatError
+from twopc.progress import SourceOffsets
 from twopc.protocol import Committable, Footprint
 from twopc.storage import TEMP_PREFIX, atomic_write, filesystem_for, is_local, join
 
-__all__ = ["BatchRun", "BatchState", "CommitLog", "Decision"]
+__all__ = ["BatchRun", "BatchState", "CommitLog", "DecidedProgress", "Decision"]
 
 _DECISION_SUFFIX = ".decision.json"
 _DONE_SUFFIX = ".done"
@@ -68,6 +69,23 @@ def _path_in(body: dict[str, Any]) -> CommitPath | None:
 
 
 @dataclass(frozen=True)
+class DecidedProgress:
+    """A decided batch's source offsets: committed in the batch's transaction
+    (``in_task``), or to be published to the group after the commit."""
+
+    offsets: SourceOffsets
+    in_task: bool
+    reporter: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offsets": self.offsets.to_json(), "in_task": self.in_task, "to": self.reporter}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> DecidedProgress:
+        return cls(SourceOffsets.from_json(body["offsets"]), bool(body["in_task"]), body["to"])
+
+
+@dataclass(frozen=True)
 class Decision:
     """The coordinator's durable decision to commit one batch."""
 
@@ -80,6 +98,9 @@ class Decision:
     """How the batch commits: the driver commits the committables, or the tasks committed
     before the decision was written (``None``: a log of a version that did not say; the
     sink's role decides then)."""
+    progress: DecidedProgress | None = None
+    """The batch's source offsets and where they are published (queries that report
+    progress to a consumer group)."""
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -92,6 +113,8 @@ class Decision:
         }
         if self.path is not None:
             body["path"] = str(self.path)
+        if self.progress is not None:
+            body["progress"] = self.progress.to_json()
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
@@ -105,6 +128,9 @@ class Decision:
                 committables=tuple(Committable.from_json(c) for c in body["committables"]),
                 decided_at=float(body.get("decided_at", 0.0)),
                 path=_path_in(body),
+                progress=DecidedProgress.from_json(body["progress"])
+                if body.get("progress")
+                else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(

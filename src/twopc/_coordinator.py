@@ -25,6 +25,7 @@ from twopc._commit_log import BatchRun, BatchState, CommitLog, Decision
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import CommitPath
 from twopc._phase1 import BatchEngine, Phase1Task
+from twopc._publishing import Published, Publisher
 from twopc._replay_guard import ReplayGuard
 from twopc._reports import TaskOutcome, TaskReport
 from twopc._retry import RetryPolicy, call_with_retries
@@ -35,6 +36,7 @@ from twopc.errors import (
     TwoPCError,
 )
 from twopc.faults import CrashPoint, FaultPlan
+from twopc.progress import ProgressReporter, SourceOffsets
 from twopc.protocol import (
     CommitsInTask,
     CommitsOnDriver,
@@ -93,6 +95,7 @@ class Coordinator:
         faults: FaultPlan | None = None,
         log_retention: int = 100,
         sleep: Callable[[float], None] = time.sleep,
+        progress: ProgressReporter | None = None,
     ) -> None:
         if log_retention < 1:
             raise ConfigurationError("log_retention must keep at least the last batch")
@@ -108,6 +111,7 @@ class Coordinator:
         self._in_task: CommitsInTask[Any] | None = sink if isinstance(sink, CommitsInTask) else None
         markers = sink if isinstance(sink, KeepsMarkers) else None
         self._guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
+        self._publisher = Publisher(progress, sink, sink_id)
         self._recovered = False
         self._earlier_runs: list[BatchRun] | None = None
         self._lingering_swept = False
@@ -154,6 +158,7 @@ class Coordinator:
             CommitPath.TASK: self._mark_done,
         }[decision.path or self.path]
         finish(decision)
+        self._publisher.publish(decision)
 
     def _runs_before_this_process(self) -> list[BatchRun]:
         """The runs of each query's newest batch as the log held them when this coordinator
@@ -252,15 +257,24 @@ class Coordinator:
         *,
         run_id: str = "",
         input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
     ) -> BatchMetrics:
         """Write one micro-batch exactly once. Raises if it could not; then nothing of
         the batch is visible (phase 1 failed) or a restart finishes it (phase 2 failed).
 
         ``input_fingerprint`` identifies the batch's input as the checkpoint plans it (the
         engine reads it from the offset log); with it, a replay over other input (an older
-        checkpoint put back) is refused instead of skipped."""
+        checkpoint put back) is refused instead of skipped. ``source_offsets`` are the Kafka
+        offsets the batch ends at, for a coordinator that reports progress to a group."""
         try:
-            return self._run_batch(query_id, batch_id, engine, run_id, input_fingerprint)
+            return self._run_batch(
+                query_id,
+                batch_id,
+                engine,
+                run_id=run_id,
+                input_fingerprint=input_fingerprint,
+                source_offsets=source_offsets,
+            )
         except BaseException:
             self._recovered = False  # whatever failed, the next batch recovers first
             raise
@@ -270,8 +284,10 @@ class Coordinator:
         query_id: str,
         batch_id: int,
         engine: BatchEngine,
+        *,
         run_id: str,
         input_fingerprint: str | None,
+        source_offsets: SourceOffsets | None,
     ) -> BatchMetrics:
         started = time.monotonic()
         recovery = RecoveryStats() if self._recovered else self.recover()
@@ -290,6 +306,7 @@ class Coordinator:
         if query_id not in self._markers_checked:
             self._guard.markers_not_ahead(query_id, batch_id, state.newest_decided)
             self._markers_checked.add(query_id)
+        self._publisher.check()
         if state.decision is not None:
             self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
             _log.info(
@@ -299,13 +316,23 @@ class Coordinator:
                 query_id,
             )
             engine.discard()
-            return self._finish(base, started)
+            # the replay of a batch that committed before a crash: its group may lag
+            published = self._publisher.publish(state.decision, source_offsets)
+            return self._finish(_with_progress(base, published), started)
         run = self.record_run(
             query_id, batch_id, state, _partition_count(engine), input_fingerprint
         )
 
         task = Phase1Task(
-            self.sink, self.sink_id, query_id, batch_id, self.path, run_id, self.faults, self.retry
+            self.sink,
+            self.sink_id,
+            query_id,
+            batch_id,
+            self.path,
+            run_id,
+            self.faults,
+            self.retry,
+            self._publisher.for_task(source_offsets, query_id, batch_id),
         )
         try:
             reports = engine.run_phase1(task)
@@ -332,8 +359,11 @@ class Coordinator:
                 replace(run, footprint=replace(run.footprint, partitions=len(committables))),
             )
 
-        decision, decided_at, retries = self.decide_and_commit(query_id, batch_id, committables)
+        decision, decided_at, retries = self.decide_and_commit(
+            query_id, batch_id, committables, source_offsets
+        )
         committed_at = time.monotonic()
+        published = self._publisher.publish(decision)
         aborted, swept = self._clean_losing_attempts(reports, decision, engine)
 
         metrics = replace(
@@ -350,7 +380,7 @@ class Coordinator:
             swept=base.swept + swept,
             tasks=tasks,
         )
-        return self._finish(metrics, started)
+        return self._finish(_with_progress(metrics, published), started)
 
     def record_run(
         self,
@@ -375,13 +405,24 @@ class Coordinator:
         return run
 
     def decide_and_commit(
-        self, query_id: str, batch_id: int, committables: Sequence[Committable]
+        self,
+        query_id: str,
+        batch_id: int,
+        committables: Sequence[Committable],
+        source_offsets: SourceOffsets | None = None,
     ) -> tuple[Decision, float, int]:
         """Record the decision over phase 1's committables, then finish it (commit on the
         driver, or mark the task-committed batch done). Returns the decision, when it was
         recorded (monotonic clock) and the commit's retries. Without a decision nothing of
         the batch may become visible, so a failure to record it aborts phase 1's work."""
-        decision = Decision(self.sink_id, query_id, batch_id, tuple(committables), path=self.path)
+        decision = Decision(
+            self.sink_id,
+            query_id,
+            batch_id,
+            tuple(committables),
+            path=self.path,
+            progress=self._publisher.decided(source_offsets),
+        )
         try:
             self._fire(CrashPoint.BEFORE_DECISION, batch_id)
             self.commit_log.record_decision(decision)
@@ -592,6 +633,17 @@ class Coordinator:
     def _fire(self, point: CrashPoint, batch_id: int) -> None:
         if self.faults:
             self.faults.fire(point, sink_id=self.sink_id, batch_id=batch_id)
+
+
+def _with_progress(metrics: BatchMetrics, published: Published) -> BatchMetrics:
+    if published.offsets is None:
+        return metrics
+    return replace(
+        metrics,
+        source_offsets=published.offsets.to_json()["topics"],
+        source_lag=published.lag,
+        progress_error=published.error,
+    )
 
 
 def _partition_count(engine: BatchEngine) -> int:

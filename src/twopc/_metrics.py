@@ -57,6 +57,13 @@ class BatchMetrics:
     swept: int = 0
     error: str | None = None
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
+    source_offsets: dict[str, dict[str, int]] | None = None
+    """The Kafka offsets the batch ended at (topic → partition → next offset), for a query
+    that reports progress to a consumer group."""
+    source_lag: int | None = None
+    """The group's lag on the source after the batch (records), when it could be read."""
+    progress_error: str | None = None
+    """Why publishing the source offsets failed (the batch itself is committed)."""
 
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
@@ -80,6 +87,10 @@ class BatchMetrics:
                 f" recovered_committed={self.recovered_committed}"
                 f" recovered_aborted={self.recovered_aborted} swept={self.swept}"
             )
+        if self.source_lag is not None:
+            text += f" source_lag={self.source_lag}"
+        if self.progress_error:
+            text += f" progress_error={self.progress_error!r}"
         if self.error:
             text += f" error={self.error!r}"
         return text

@@ -17,6 +17,7 @@ from twopc._reports import TaskOutcome, TaskReport
 from twopc._retry import RetryPolicy, call_with_retries
 from twopc.errors import PermanentSinkError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
+from twopc.progress import ProgressInTask
 from twopc.protocol import CommitOutcome, CommitsInTask, Committable, Sink, TaskContext
 
 __all__ = ["BatchEngine", "Phase1Task"]
@@ -42,6 +43,7 @@ class Phase1Task:
     run_id: str = ""
     faults: FaultPlan | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    progress: ProgressInTask | None = None
 
     def run(
         self,
@@ -63,6 +65,7 @@ class Phase1Task:
                 partition,
                 attempt if attempt_id is None else attempt_id,
                 self.run_id,
+                self.progress,
             ),
             attempt,
             time.monotonic(),

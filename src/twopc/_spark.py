@@ -19,6 +19,7 @@ from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError, SinkError
 from twopc.faults import FaultPlan
+from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of
 from twopc.protocol import Sink
 
 if TYPE_CHECKING:
@@ -251,6 +252,7 @@ class SparkBatchWriter(BatchWriter):
     def _write(
         self, df: DataFrame, batch_id: int, query_id: str, checkpoint: str | None, run_id: str
     ) -> None:
+        source_offsets = self._source_offsets(checkpoint, batch_id)
         df = arrange_for(self.sink, df)
         if self._persist:
             df = df.persist()
@@ -262,10 +264,30 @@ class SparkBatchWriter(BatchWriter):
                 lambda: checkpoint,
                 run_id=run_id,
                 input_fingerprint=input_fingerprint(checkpoint, batch_id) if checkpoint else None,
+                source_offsets=source_offsets,
             )
         finally:
             if self._persist:
                 df.unpersist()
+
+    def _source_offsets(self, checkpoint: str | None, batch_id: int) -> SourceOffsets | None:
+        """The Kafka offsets the batch ends at, when the writer reports progress; a query
+        without a Kafka source (or whose checkpoint twopc cannot read) is refused before
+        anything is written."""
+        if self.progress is None:
+            return None
+        offsets = kafka_offsets_of(checkpoint, batch_id) if checkpoint else None
+        if offsets is None:
+            where = f"{checkpoint}/offsets/{batch_id}" if checkpoint else "the checkpoint"
+            raise ConfigurationError(
+                f"progress=... reports the Kafka offsets each batch consumed, but {where} "
+                "holds no Kafka source's offsets: use it with queries that read Kafka "
+                "(spark.readStream.format('kafka')), or drop progress="
+                + ("" if checkpoint else "; pass checkpoint_location=... if the query has one"),
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        return offsets
 
 
 def foreach_batch(
@@ -279,6 +301,7 @@ def foreach_batch(
     on_metrics: MetricsCallback | None = None,
     persist: bool = False,
     checkpoint_location: str | None = None,
+    progress: ProgressReporter | None = None,
 ) -> SparkBatchWriter:
     """The exactly-once ``foreachBatch`` function for ``sink``.
 
@@ -306,6 +329,10 @@ def foreach_batch(
         checkpoint_location: the query's ``checkpointLocation``. Needed when the query is
             started from a Spark Connect client (the query id is read from its
             ``metadata`` file); classic PySpark discovers it.
+        progress: where to publish the Kafka offsets each batch consumed, for lag tools
+            (``twopc_kafka.ConsumerGroup``): in the batch's own transaction for a Kafka
+            sink in ``atomic`` mode on the group's cluster, else right after the batch's
+            commit. The query must read Kafka. See docs/kafka-to-kafka.md.
 
     Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
     makes ``twopc recover`` refuse to act while the query runs.
@@ -320,6 +347,7 @@ def foreach_batch(
         on_metrics=on_metrics,
         persist=persist,
         checkpoint_location=checkpoint_location,
+        progress=progress,
     )
 
 

@@ -20,6 +20,7 @@ from twopc._phase1 import BatchEngine
 from twopc._retry import RetryPolicy
 from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
+from twopc.progress import ProgressReporter, SourceOffsets
 from twopc.protocol import Sink
 from twopc.storage import join
 
@@ -86,6 +87,7 @@ class BatchWriter:
         faults: FaultPlan | None = None,
         on_metrics: MetricsCallback | None = None,
         history: int = 100,
+        progress: ProgressReporter | None = None,
     ) -> None:
         check_roles(sink)
         self.sink = sink
@@ -95,6 +97,7 @@ class BatchWriter:
         self._retry = retry
         self._faults = faults if faults is not None else FaultPlan.from_env()
         self._on_metrics = on_metrics
+        self.progress = progress
         self.metrics: deque[BatchMetrics] = deque(maxlen=history)
         self._coordinator: Coordinator | None = None
         self._started_at = time.time()
@@ -118,6 +121,7 @@ class BatchWriter:
                 CommitLog(url, options),
                 retry=self._retry,
                 faults=self._faults,
+                progress=self.progress,
             )
         return self._coordinator
 
@@ -177,12 +181,18 @@ class BatchWriter:
         *,
         run_id: str = "",
         input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
     ) -> BatchMetrics:
         coordinator = self.coordinator(checkpoint_root)
         self._heartbeat(coordinator, query_id, batch_id, "writing")
         try:
             metrics = coordinator.run_batch(
-                query_id, batch_id, engine, run_id=run_id, input_fingerprint=input_fingerprint
+                query_id,
+                batch_id,
+                engine,
+                run_id=run_id,
+                input_fingerprint=input_fingerprint,
+                source_offsets=source_offsets,
             )
         except Exception as exc:
             self._heartbeat(coordinator, query_id, batch_id, "failed")

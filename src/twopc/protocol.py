@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import pyarrow as pa
 
 from twopc.errors import UnsupportedFormatError
+from twopc.progress import ProgressInTask
 
 __all__ = [
     "COMMITTABLE_FORMAT_VERSION",
@@ -97,6 +98,9 @@ class TaskContext:
     partition: int
     attempt: int = 0
     run_id: str = ""
+    progress: ProgressInTask | None = None
+    """The batch's source offsets, for a sink whose transaction commits them
+    (:class:`~twopc.progress.CommitsProgressInTask`); ``None`` otherwise."""
 
     @property
     def scope(self) -> RecoveryScope:

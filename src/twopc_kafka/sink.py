@@ -28,17 +28,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from twopc import (
     CommitOutcome,
     CommitsInTask,
+    CommitsProgressInTask,
     Committable,
     ConfigurationError,
     Footprint,
     Inspection,
     Payload,
     PermanentSinkError,
+    ProgressInTask,
+    ProgressReporter,
     RecoveryScope,
     Sink,
     SinkError,
@@ -78,7 +81,7 @@ class KafkaPayload(Payload):
     skipped: bool = False
 
 
-class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction]):
+class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], CommitsProgressInTask):
     """Exactly-once writes to Kafka topics.
 
     Args:
@@ -280,6 +283,27 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction]):
     def marker_group(self, sink_id: str, query_id: str, partition: int) -> str:
         return self.markers.group(sink_id, query_id, partition)
 
+    def commits_progress(self, reporter: ProgressReporter) -> bool:
+        """``atomic`` mode commits the source offsets in the batch's one transaction, when
+        the group lives on this sink's cluster; ``per_partition`` cannot (a batch is many
+        transactions), so the coordinator sets them after the batch's commit."""
+        from twopc_kafka.progress import ConsumerGroup
+
+        if self.mode != "atomic" or not isinstance(reporter, ConsumerGroup):
+            return False
+        if _servers(reporter.bootstrap_servers) == _servers(self.bootstrap_servers):
+            return True
+        ours = self._cluster_id()
+        return ours is not None and ours == reporter.cluster_id()
+
+    def _cluster_id(self) -> str | None:
+        try:
+            described = self.clients.admin().describe_cluster(request_timeout=self.timeout)
+            return str(described.result(self.timeout).cluster_id)
+        except KafkaException:
+            _log.warning("cannot read the cluster id of %s", self.bootstrap_servers)
+            return None
+
     # -- phase 1 -----------------------------------------------------------------------------
 
     def begin_transaction(self, ctx: TaskContext) -> KafkaTransaction:
@@ -399,7 +423,27 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction]):
                 txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
             except KafkaException as exc:
                 raise error(exc, "sending the commit marker failed") from exc
+            if ctx.progress is not None:
+                self._send_source_offsets(txn, ctx.progress)
         return Committable.for_task(ctx, payload)
+
+    def _send_source_offsets(self, txn: KafkaTransaction, progress: ProgressInTask) -> None:
+        """The batch's source offsets, to the progress group, in the same transaction."""
+        positions = [
+            TopicPartition(topic, partition, offset, metadata=progress.metadata)
+            for topic, partition, offset in progress.offsets.positions()
+        ]
+        consumer = self.clients.consumer(progress.group_id)
+        try:
+            metadata = consumer.consumer_group_metadata()
+        finally:
+            consumer.close()
+        try:
+            txn.producer.send_offsets_to_transaction(positions, metadata, self.timeout)
+        except KafkaException as exc:
+            raise error(
+                exc, f"sending the source offsets to group {progress.group_id!r} failed"
+            ) from exc
 
     def _flush(self, txn: KafkaTransaction) -> None:
         remaining = txn.producer.flush(self.timeout)
@@ -562,3 +606,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction]):
             "decision; the marker offsets show which partitions committed",
         )
         return Inspection(pending, markers, notes)
+
+
+def _servers(bootstrap: str) -> set[str]:
+    return {part.strip().lower() for part in bootstrap.split(",") if part.strip()}
