@@ -12,7 +12,9 @@ Kafka sink: key ``ip``, value ``{"window_start", "window_end", "ip", "count"}`` 
 Kill it at any moment, even with SIGKILL, and start it again with the same checkpoint: a
 consumer of the output topic with ``isolation.level=read_committed`` sees every
 (window, ip) exactly once. ``--mode atomic`` also makes each micro-batch visible all at
-once. The output topic must exist (the sink never creates topics).
+once. The output topic must exist (the sink never creates topics). The consumer group
+``access-counts-progress`` (``--progress-group``) shows the query's progress and lag on the
+input topic to ``kafka-consumer-groups.sh`` and other lag tools.
 
 Spark's Kafka source is not part of pyspark: it comes from ``--packages`` (default
 ``org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark version>``, resolved from Maven).
@@ -61,8 +63,9 @@ def access_log(
     ).where(F.col("time").isNotNull() & F.col("ip").isNotNull())
 
 
-def window_counts(lines: DataFrame) -> DataFrame:
-    """Requests per (5-second window, ip) as Kafka records: ``key`` = ip, ``value`` = JSON."""
+def window_rows(lines: DataFrame) -> DataFrame:
+    """Requests per (5-second window, ip): ``window_start``, ``window_end`` (ISO text),
+    ``ip``, ``count``."""
     from pyspark.sql import functions as F
 
     counts = (
@@ -72,15 +75,21 @@ def window_counts(lines: DataFrame) -> DataFrame:
     )
     iso = "yyyy-MM-dd'T'HH:mm:ss'Z'"  # the session time zone is UTC (see start_query)
     return counts.select(
+        F.date_format("window.start", iso).alias("window_start"),
+        F.date_format("window.end", iso).alias("window_end"),
+        F.col("ip"),
+        F.col("count"),
+    )
+
+
+def window_counts(lines: DataFrame) -> DataFrame:
+    """The window rows as Kafka records: ``key`` = ip, ``value`` = the row as JSON."""
+    from pyspark.sql import functions as F
+
+    rows = window_rows(lines)
+    return rows.select(
         F.col("ip").alias("key"),
-        F.to_json(
-            F.struct(
-                F.date_format("window.start", iso).alias("window_start"),
-                F.date_format("window.end", iso).alias("window_end"),
-                F.col("ip"),
-                F.col("count"),
-            )
-        ).alias("value"),
+        F.to_json(F.struct(*[F.col(c) for c in rows.columns])).alias("value"),
     )
 
 
@@ -97,22 +106,40 @@ def start_query(
     max_offsets_per_trigger: int = 1000,
     available_now: bool = True,
     on_metrics: Callable[[twopc.BatchMetrics], None] | None = None,
+    progress_group: str | None = None,
+    sink: twopc.Sink[Any] | None = None,
 ) -> StreamingQuery:
     """Start the query; the caller awaits it. Keep ``checkpoint`` and ``sink_id`` stable
-    across restarts: together they are what makes a restart exactly-once."""
+    across restarts: together they are what makes a restart exactly-once.
+
+    ``progress_group`` names a consumer group that shows the query's progress on the input
+    topic (``kafka-consumer-groups.sh --describe --group ...``): committed in each batch's
+    transaction in ``atomic`` mode, right after each batch's commit otherwise. ``sink``
+    writes the window rows somewhere else than ``output_topic`` (a SQL table, files)."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    sink = twopc.create_sink(
-        "kafka",
-        bootstrap_servers=bootstrap,
-        topic=output_topic,
-        mode=mode,
-        transactional_id_prefix=transactional_id_prefix,
-    )
-    records = window_counts(access_log(spark, bootstrap, input_topic, max_offsets_per_trigger))
+    lines = access_log(spark, bootstrap, input_topic, max_offsets_per_trigger)
+    if sink is None:
+        sink = twopc.create_sink(
+            "kafka",
+            bootstrap_servers=bootstrap,
+            topic=output_topic,
+            mode=mode,
+            transactional_id_prefix=transactional_id_prefix,
+        )
+        records = window_counts(lines)
+    else:
+        records = window_rows(lines)
+    progress = None
+    if progress_group:
+        from twopc_kafka import ConsumerGroup
+
+        progress = ConsumerGroup(progress_group, bootstrap_servers=bootstrap)
     writer = (
         records.writeStream.outputMode("append")
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(twopc.foreach_batch(sink, sink_id=sink_id, on_metrics=on_metrics))
+        .foreachBatch(
+            twopc.foreach_batch(sink, sink_id=sink_id, on_metrics=on_metrics, progress=progress)
+        )
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -129,6 +156,9 @@ def print_metrics(metrics: twopc.BatchMetrics) -> None:
         "status": metrics.status,
         "rows": metrics.rows,
         "partitions": metrics.partitions,
+        "source_offsets": metrics.source_offsets,
+        "source_lag": metrics.source_lag,
+        "progress_error": metrics.progress_error,
     }
     print(json.dumps(event), flush=True)
 
@@ -144,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="per_partition", choices=["per_partition", "atomic"])
     parser.add_argument("--sink-id", default="access-counts")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=1000)
+    parser.add_argument(
+        "--progress-group",
+        default="access-counts-progress",
+        help="consumer group that shows the query's progress on the input topic ('' for none)",
+    )
     parser.add_argument(
         "--continuous",
         action="store_true",
@@ -179,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         available_now=not args.continuous,
         on_metrics=print_metrics,
+        progress_group=args.progress_group or None,
     )
     query.awaitTermination()
     spark.stop()

@@ -10,7 +10,9 @@ refused instead of overwritten.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import (
@@ -35,6 +37,11 @@ __all__ = ["ConsumerGroup"]
 _log = logging.getLogger("twopc.kafka")
 
 _OURS = "twopc sink="
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
 _LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
@@ -123,11 +130,16 @@ class ConsumerGroup(ProgressReporter):
         ]
         request = ConsumerGroupTopicPartitions(self.group_id, positions)
         try:
-            futures = self._admin_client().alter_consumer_group_offsets(
-                [request], request_timeout=self.timeout
+            result = self._answer(
+                lambda: (
+                    self._admin_client()
+                    .alter_consumer_group_offsets([request], request_timeout=self.timeout)[
+                        self.group_id
+                    ]
+                    .result(self.timeout)
+                )
             )
-            result = futures[self.group_id].result(self.timeout)
-        except KafkaException as exc:
+        except (KafkaException, FutureTimeout) as exc:
             raise TransientSinkError(
                 f"setting the offsets of consumer group {self.group_id!r} failed: {exc}"
             ) from exc
@@ -150,7 +162,7 @@ class ConsumerGroup(ProgressReporter):
                 (tp.topic, tp.partition): int(future.result(self.timeout).offset)
                 for tp, future in futures.items()
             }
-        except KafkaException as exc:
+        except (KafkaException, FutureTimeout) as exc:
             raise TransientSinkError(
                 f"reading the end offsets of the source failed: {exc}"
             ) from exc
@@ -175,13 +187,32 @@ class ConsumerGroup(ProgressReporter):
             self._admin = self._clients.admin()
         return self._admin
 
+    def _answer(self, request: Callable[[], Any]) -> Any:
+        """``request()``'s result; a group coordinator that is moving or still loading
+        (right after a broker start) is asked again until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return request()
+            except (KafkaException, FutureTimeout) as exc:
+                error = exc.args[0] if exc.args else None
+                moving = isinstance(error, KafkaError) and error.code() in _COORDINATOR_MOVING
+                if not moving or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
     def _members(self) -> list[str]:
         try:
-            futures = self._admin_client().describe_consumer_groups(
-                [self.group_id], request_timeout=self.timeout
+            group = self._answer(
+                lambda: (
+                    self._admin_client()
+                    .describe_consumer_groups([self.group_id], request_timeout=self.timeout)[
+                        self.group_id
+                    ]
+                    .result(self.timeout)
+                )
             )
-            group = futures[self.group_id].result(self.timeout)
-        except KafkaException as exc:
+        except (KafkaException, FutureTimeout) as exc:
             if _not_found(exc):
                 return []
             raise TransientSinkError(
@@ -195,11 +226,16 @@ class ConsumerGroup(ProgressReporter):
     ) -> list[KafkaTopicPartition]:
         request = ConsumerGroupTopicPartitions(self.group_id, partitions)
         try:
-            futures = self._admin_client().list_consumer_group_offsets(
-                [request], request_timeout=self.timeout
+            result = self._answer(
+                lambda: (
+                    self._admin_client()
+                    .list_consumer_group_offsets([request], request_timeout=self.timeout)[
+                        self.group_id
+                    ]
+                    .result(self.timeout)
+                )
             )
-            result = futures[self.group_id].result(self.timeout)
-        except KafkaException as exc:
+        except (KafkaException, FutureTimeout) as exc:
             if _not_found(exc):
                 return []
             raise TransientSinkError(
@@ -212,6 +248,6 @@ def _written_by(metadata: str | None, sink_id: str) -> bool:
     return bool(metadata) and str(metadata).startswith(f"{_OURS}{sink_id} ")
 
 
-def _not_found(exc: KafkaException) -> bool:
+def _not_found(exc: BaseException) -> bool:
     error = exc.args[0] if exc.args else None
     return isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_ID_NOT_FOUND

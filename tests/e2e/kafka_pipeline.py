@@ -31,7 +31,21 @@ def main() -> int:
     parser.add_argument("--sink-id", default="access-counts")
     parser.add_argument("--prefix", default="twopc")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=40)
+    parser.add_argument("--progress-group", default=None)
+    parser.add_argument("--postgres-dsn", default=None, help="write the rows to Postgres")
+    parser.add_argument("--table", default=None)
     args = parser.parse_args()
+    sink = None
+    if args.postgres_dsn:
+        import twopc
+
+        sink = twopc.create_sink(
+            "postgres",
+            dsn=args.postgres_dsn,
+            table=args.table,
+            create_table=True,
+            transaction_mode="two_phase",
+        )
 
     errors = []
     for packages, excludes, extra in candidates():
@@ -56,6 +70,8 @@ def main() -> int:
             transactional_id_prefix=args.prefix,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             on_metrics=print_metrics,
+            progress_group=args.progress_group,
+            sink=sink,
         )
         query.awaitTermination(240)
         if query.isActive:

@@ -254,3 +254,80 @@ def kcat_keys(kcat: str, bootstrap: str, topic: str) -> Counter[str]:
     )
     assert proc.returncode == 0, f"kcat failed ({proc.returncode}): {proc.stderr}"
     return Counter(line for line in proc.stdout.splitlines() if line)
+
+
+# -- consumer groups -------------------------------------------------------------------------
+
+
+def group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The offsets a consumer group has committed, as the broker reports them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    request = ConsumerGroupTopicPartitions(group)
+    client = admin(bootstrap)  # kept alive until the answer arrives
+    futures = client.list_consumer_group_offsets([request], request_timeout=TIMEOUT)
+    result = futures[group].result(TIMEOUT)
+    return {
+        (str(tp.topic), int(tp.partition)): int(tp.offset)
+        for tp in result.topic_partitions or []
+        if tp.offset >= 0
+    }
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One partition row of ``kafka-consumer-groups.sh --describe``."""
+
+    topic: str
+    partition: int
+    current: int | None
+    log_end: int
+    lag: int | None
+
+
+def describe_group_with_kafka_tool(bootstrap: str, group: str) -> list[GroupRow]:
+    """``kafka-consumer-groups.sh --describe --group`` from the broker's own jars
+    (``scripts/services kafka-consumer-groups``), parsed."""
+    from tests.helpers import REPO
+
+    done = subprocess.run(
+        [
+            str(REPO / "scripts" / "services"),
+            "kafka-consumer-groups",
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            group,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows: list[GroupRow] = []
+    header: list[str] | None = None
+    for line in done.stdout.splitlines():
+        cells = line.split()
+        if cells[:2] == ["GROUP", "TOPIC"]:
+            header = cells
+            continue
+        if header is None or len(cells) < len(header) or cells[0] != group:
+            continue
+        row = dict(zip(header, cells, strict=False))
+
+        def number(text: str) -> int | None:
+            return None if text == "-" else int(text)
+
+        rows.append(
+            GroupRow(
+                row["TOPIC"],
+                int(row["PARTITION"]),
+                number(row["CURRENT-OFFSET"]),
+                int(row["LOG-END-OFFSET"]),
+                number(row["LAG"]),
+            )
+        )
+    assert rows, f"no partition rows for group {group}:\n{done.stdout}\n{done.stderr[-2000:]}"
+    return rows

@@ -1,0 +1,184 @@
+"""The source's progress in a consumer group, through a SIGKILLed driver, on real Spark.
+
+The access-log pipeline of ``test_kafka_spark.py`` (Kafka → 5-second windows per IP → Kafka,
+and the same windows → Postgres) runs with ``progress=ConsumerGroup(...)``. The first run's
+driver is SIGKILLed at a crash point of a middle batch; the second resumes from the
+checkpoint. Checked on what the broker shows:
+
+* after the crash, the group is at the end offsets Spark logged for the newest batch whose
+  output is visible (``atomic``: the crashed batch, whose transaction carried them), or at
+  most one batch behind it (every other sink: the group is set after the commit);
+* after the restart, every window is in the output once, and the group is at the source's
+  end: ``kafka-consumer-groups.sh --describe`` shows lag 0 at the consumed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.e2e.test_kafka_spark import (
+    CRASH_BATCH,
+    MAX_OFFSETS,
+    access_lines,
+    committed_windows,
+    expected_counts,
+    produce_input,
+)
+from tests.helpers import run_process
+from tests.integration.conftest import kafka_bootstrap, postgres_dsn  # noqa: F401  (fixtures)
+from tests.integration.kafka_support import (
+    create_topic,
+    describe_group_with_kafka_tool,
+    end_offset,
+    group_offsets,
+    unique,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def _case(mode: str, point: str, *, ci: bool = False) -> Any:
+    marks = [] if ci else [pytest.mark.extended]
+    return pytest.param(mode, point, id=f"{mode}-{point}", marks=marks)
+
+
+def _logged_offsets(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
+    """The end offsets Spark logged for a batch (``offsets/<batch>``, the source's line)."""
+    line = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()[2]
+    return {(t, int(p)): int(o) for t, ps in json.loads(line).items() for p, o in ps.items()}
+
+
+def _newest_batch(checkpoint: Path) -> int:
+    return max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+
+
+def _args(bootstrap: str, source: str, tmp_path: Path, group: str, *extra: str) -> list[str]:
+    return [
+        "-m",
+        "tests.e2e.kafka_pipeline",
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        source,
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--sink-id",
+        "access-counts",
+        "--prefix",
+        unique("progress"),
+        "--max-offsets-per-trigger",
+        str(MAX_OFFSETS),
+        "--progress-group",
+        group,
+        *extra,
+    ]
+
+
+def _assert_at_the_end(bootstrap: str, source: str, group: str, checkpoint: Path) -> None:
+    """The group holds the offsets of the query's last batch, which are the source's end,
+    and the broker's own tool shows lag 0 there."""
+    end = end_offset(bootstrap, source, 0, "read_uncommitted")
+    final = _logged_offsets(checkpoint, _newest_batch(checkpoint))
+    assert final == {(source, 0): end}
+    assert group_offsets(bootstrap, group) == final
+    rows = describe_group_with_kafka_tool(bootstrap, group)
+    assert [(r.topic, r.partition, r.current, r.log_end, r.lag) for r in rows] == [
+        (source, 0, end, end, 0)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "point"),
+    [
+        _case("atomic", "before_decision"),
+        _case("atomic", "after_decision", ci=True),
+        _case("atomic", "after_commit"),
+        _case("per_partition", "before_decision"),
+        _case("per_partition", "after_decision"),
+        _case("per_partition", "after_commit", ci=True),
+    ],
+)
+def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
+    kafka_bootstrap: str,  # noqa: F811
+    tmp_path: Path,
+    mode: str,
+    point: str,
+) -> None:
+    lines = access_lines()
+    source = create_topic(kafka_bootstrap, unique("access-log"))
+    output = create_topic(kafka_bootstrap, unique("access-counts"), partitions=2)
+    produce_input(kafka_bootstrap, source, lines)
+    group = unique("access-progress")
+    args = _args(kafka_bootstrap, source, tmp_path, group, "--output", output, "--mode", mode)
+    checkpoint = tmp_path / "checkpoint"
+
+    first = run_process(args, faults=f"{point}:kill@batch={CRASH_BATCH}", timeout=240)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+    # Every crash point here is after the crashed batch's tasks committed its output. In
+    # atomic mode its one transaction also moved the group; per partition, the group is
+    # set after the batch commits, so it still shows the batch before.
+    shown = CRASH_BATCH if mode == "atomic" else CRASH_BATCH - 1
+    assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, shown)
+
+    second = run_process(args, timeout=240)
+    assert second.returncode == 0, second.stderr[-4000:]
+    records = committed_windows(kafka_bootstrap, output)
+    seen = Counter((str(r["window_start"]), str(r["ip"])) for r in records)
+    assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
+    counts = {(str(r["window_start"]), str(r["ip"])): r["count"] for r in records}
+    assert counts == dict(expected_counts(lines))
+    _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
+    # the metrics callback carried the offsets and the lag of every committed batch
+    last = [e for e in second.of("batch") if e["status"] == "committed"][-1]
+    assert last["source_lag"] == 0 and last["progress_error"] is None, last
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        pytest.param("after_decision", id="after_decision"),
+        pytest.param("between_commits", id="between_commits", marks=pytest.mark.extended),
+        pytest.param("after_commit", id="after_commit", marks=pytest.mark.extended),
+    ],
+)
+def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
+    kafka_bootstrap: str,  # noqa: F811
+    postgres_dsn: str,  # noqa: F811
+    tmp_path: Path,
+    point: str,
+) -> None:
+    lines = access_lines()
+    source = create_topic(kafka_bootstrap, unique("access-log"))
+    produce_input(kafka_bootstrap, source, lines)
+    group = unique("access-progress")
+    table = f"access_counts_{unique('t').replace('-', '_')}"
+    args = _args(
+        kafka_bootstrap, source, tmp_path, group, "--postgres-dsn", postgres_dsn, "--table", table
+    )
+    checkpoint = tmp_path / "checkpoint"
+    try:
+        first = run_process(args, faults=f"{point}:kill@batch={CRASH_BATCH}", timeout=240)
+        assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+        # never ahead of the rows: the group moves only after a batch's commit
+        assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, CRASH_BATCH - 1)
+
+        second = run_process(args, timeout=240)
+        assert second.returncode == 0, second.stderr[-4000:]
+        query = sql.SQL('SELECT window_start, ip, "count" FROM {}').format(sql.Identifier(table))
+        with psycopg.connect(postgres_dsn) as conn:
+            rows = conn.execute(query).fetchall()
+        seen = Counter((str(w), str(ip)) for w, ip, _ in rows)
+        assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
+        assert {(str(w), str(ip)): int(n) for w, ip, n in rows} == dict(expected_counts(lines))
+        _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
