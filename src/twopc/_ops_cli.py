@@ -13,15 +13,25 @@ import datetime
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from twopc._commit_log import CommitLog
 from twopc._liveness import DEFAULT_STALE_AFTER
-from twopc._status import RecoveryReport, SinkStatus, StatusItem, recover_sink, sink_status
+from twopc._status import (
+    ProgressResolver,
+    QueryStatus,
+    RecoveryReport,
+    SinkStatus,
+    StatusItem,
+    recover_sink,
+    sink_status,
+)
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import TwoPCError
 from twopc.plugins import create_sink
+from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 
 __all__ = ["add_ops_commands"]
@@ -39,6 +49,26 @@ def add_ops_commands(commands: Any) -> None:
         "status", help="what crashed runs of a sink left, and what recovery would do"
     )
     _sink_arguments(status)
+    status.add_argument(
+        "--group-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting for the progress group's cluster (TLS, SASL; repeatable)",
+    )
+    status.add_argument(
+        "--group-option-env",
+        action="append",
+        default=[],
+        metavar="KEY=VARIABLE",
+        help="a librdkafka setting for the group's cluster read from the environment "
+        "(secrets; repeatable)",
+    )
+    status.add_argument(
+        "--no-group",
+        action="store_true",
+        help="show the recorded source offsets without asking the progress group for its lag",
+    )
     status.set_defaults(func=_status)
 
     recover = commands.add_parser(
@@ -194,9 +224,40 @@ def _run(args: argparse.Namespace, action: Any) -> int:
         return EXIT_FAILED
 
 
+def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
+    """How ``twopc status`` reaches the progress group a decision names (a Kafka consumer
+    group, through ``twopc_kafka``), with the connection settings given on the command line."""
+    if args.no_group:
+        return None
+    config: dict[str, Any] = dict(_pairs(args.group_option, "--group-option"))
+    for key, variable in _pairs(args.group_option_env, "--group-option-env"):
+        if variable not in os.environ:
+            raise UsageError(
+                f"--group-option-env {key}: environment variable {variable} is not set"
+            )
+        config[key] = os.environ[variable]
+
+    def resolve(described: Mapping[str, Any]) -> ProgressReporter:
+        if described.get("kind") != "kafka-consumer-group":
+            raise UsageError(f"no reader for progress kind {described.get('kind')!r}")
+        from twopc_kafka import ConsumerGroup
+
+        return ConsumerGroup(
+            str(described["group"]), str(described["bootstrap_servers"]), config=config
+        )
+
+    return resolve
+
+
 def _status(args: argparse.Namespace) -> int:
+    try:
+        resolver = _group_resolver(args)
+    except UsageError as exc:
+        print(f"twopc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
     def show(sink: Sink[Any], sink_id: str, log: CommitLog) -> int:
-        status = sink_status(sink, sink_id, log, stale_after=args.stale_after)
+        status = sink_status(sink, sink_id, log, stale_after=args.stale_after, progress=resolver)
         if args.json:
             print(json.dumps(status.to_dict(), indent=2))
         else:
@@ -279,6 +340,7 @@ def render_status(status: SinkStatus) -> str:
         if query.pending_decisions:
             text += f"; decided, not finished: {list(query.pending_decisions)}"
         lines.append(text)
+        lines.extend(_source_lines(query))
     items = status.items
     lines.append(f"in doubt: {len(items)}" + ("" if items else " - nothing for recovery to do"))
     if items:
@@ -287,6 +349,27 @@ def render_status(status: SinkStatus) -> str:
         lines.append("notes:")
         lines.extend(f"  - {note}" for note in status.notes)
     return "\n".join(lines)
+
+
+def _source_lines(query: QueryStatus) -> list[str]:
+    """The last committed batch's source offsets, and the progress group's lag."""
+    if query.source is None:
+        return []
+    offsets = ", ".join(f"{t}[{p}]={o}" for t, p, o in query.source.positions())
+    lines = [f"  source offsets of batch {query.source.batch_id}: {offsets}"]
+    group = (query.progress_to or {}).get("group", "?")
+    if query.group is not None:
+        lag = _cell(query.group.lag)
+        behind = [
+            f"{t}[{p}] at {_cell(query.group.committed.get((t, p)))} of {end}"
+            for (t, p), end in sorted(query.group.end.items())
+        ]
+        lines.append(f"  consumer group {group}: lag {lag} ({', '.join(behind)})")
+    elif query.group_error:
+        lines.append(f"  consumer group {group}: cannot read it ({query.group_error})")
+    else:
+        lines.append(f"  consumer group {group}")
+    return lines
 
 
 def _table(items: tuple[StatusItem, ...]) -> list[str]:

@@ -11,16 +11,17 @@ decision names, sweep what never prepared. :func:`recover_sink` runs
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from twopc._boundary import leaving_sink
+from twopc._boundary import describe_exception, leaving_sink
 from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator
 from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
 from twopc._paths import CommitPath
+from twopc.progress import GroupProgress, ProgressReporter, SourceOffsets
 from twopc.protocol import (
     CommitsOnDriver,
     Committable,
@@ -42,6 +43,11 @@ __all__ = [
     "recover_sink",
     "sink_status",
 ]
+
+
+ProgressResolver = Callable[[Mapping[str, Any]], ProgressReporter]
+"""Builds the reporter of a group from its recorded description (the ``to`` of a decision's
+progress: no secrets; the caller adds credentials)."""
 
 
 class Action(StrEnum):
@@ -97,6 +103,13 @@ class QueryStatus:
     target_last_committed: int | None
     target_partitions: dict[int, int] | None
     pending_decisions: tuple[int, ...] = ()
+    source: SourceOffsets | None = None
+    """The Kafka offsets the last committed batch ended at (queries that report progress)."""
+    progress_to: dict[str, Any] | None = None
+    """Where those offsets are published (the consumer group, as the decision recorded it)."""
+    group: GroupProgress | None = None
+    """The group's offsets and lag now, when the group could be asked."""
+    group_error: str | None = None
 
     @property
     def differs(self) -> bool:
@@ -161,6 +174,10 @@ class SinkStatus:
                     else {str(p): b for p, b in sorted(q.target_partitions.items())},
                     "pending_decisions": list(q.pending_decisions),
                     "differs": q.differs,
+                    "source_offsets": None if q.source is None else q.source.to_json(),
+                    "progress_to": q.progress_to,
+                    "group": None if q.group is None else q.group.to_json(),
+                    "group_error": q.group_error,
                 }
                 for q in self.queries
             ],
@@ -177,8 +194,14 @@ def sink_status(
     commit_log: CommitLog,
     *,
     stale_after: float = DEFAULT_STALE_AFTER,
+    progress: ProgressResolver | None = None,
 ) -> SinkStatus:
-    """Read-only: what recovery of ``sink_id`` would do now, and whether a writer runs."""
+    """Read-only: what recovery of ``sink_id`` would do now, and whether a writer runs.
+
+    For queries that publish their source offsets, each query's status carries the offsets
+    of its last committed batch; with ``progress`` (a description of the group, as the
+    commit log recorded it → a :class:`~twopc.ProgressReporter`), also the group's offsets
+    and lag now."""
     pending = commit_log.pending()
     with leaving_sink(sink_id, what="inspecting the target failed: "):
         inspection = sink.inspect(sink_id)
@@ -199,7 +222,7 @@ def sink_status(
         backend=sink.backend_name,
         sink=sink.describe(),
         commit_log=commit_log.url,
-        queries=_queries(commit_log, inspection, pending),
+        queries=_queries(commit_log, inspection, pending, progress),
         items=tuple(items),
         writers=writers,
         notes=inspection.notes,
@@ -302,7 +325,10 @@ def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | No
 
 
 def _queries(
-    commit_log: CommitLog, inspection: Inspection, pending: list[Decision]
+    commit_log: CommitLog,
+    inspection: Inspection,
+    pending: list[Decision],
+    progress: ProgressResolver | None,
 ) -> tuple[QueryStatus, ...]:
     by_query: dict[str, list[TargetMarker]] = {}
     for marker in inspection.markers or ():
@@ -317,16 +343,35 @@ def _queries(
             partitions = {}
             for m in markers:
                 partitions[m.partition] = max(m.batch_id, partitions.get(m.partition, -1))
-        out.append(
-            QueryStatus(
-                query_id=query_id,
-                log_last_committed=done[-1] if done else None,
-                target_last_committed=max(partitions.values()) if partitions else None,
-                target_partitions=partitions,
-                pending_decisions=tuple(d.batch_id for d in pending if d.query_id == query_id),
-            )
+        status = QueryStatus(
+            query_id=query_id,
+            log_last_committed=done[-1] if done else None,
+            target_last_committed=max(partitions.values()) if partitions else None,
+            target_partitions=partitions,
+            pending_decisions=tuple(d.batch_id for d in pending if d.query_id == query_id),
         )
+        out.append(_with_source(status, commit_log, progress))
     return tuple(out)
+
+
+def _with_source(
+    status: QueryStatus, commit_log: CommitLog, progress: ProgressResolver | None
+) -> QueryStatus:
+    """The last committed batch's source offsets and, if it can be asked, the group."""
+    if status.log_last_committed is None:
+        return status
+    decision = commit_log.decision(status.query_id, status.log_last_committed)
+    recorded = decision.progress if decision is not None else None
+    if recorded is None:
+        return status
+    status = replace(status, source=recorded.offsets, progress_to=dict(recorded.reporter))
+    if progress is None:
+        return status
+    try:
+        group = progress(recorded.reporter).progress(recorded.offsets)
+    except Exception as exc:
+        return replace(status, group_error=describe_exception(exc))
+    return replace(status, group=group)
 
 
 def _age(at: float) -> float | None:

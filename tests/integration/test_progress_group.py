@@ -6,12 +6,13 @@ the same are in tests/e2e/test_kafka_progress.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 import twopc
 from tests.integration.kafka_support import (
@@ -21,6 +22,7 @@ from tests.integration.kafka_support import (
     group_offsets,
     unique,
 )
+from tests.integration.test_status_recover import status_json, twopc_cli
 from twopc import CommitLog, FaultPlan, SourceOffsets
 from twopc._coordinator import Coordinator
 from twopc.local import LocalEngine
@@ -155,3 +157,42 @@ def test_per_partition_mode_sets_the_group_after_the_commit(
     assert replay.run_batch(QUERY, 0, _engine(0, 2), source_offsets=offsets).status == "skipped"
     assert group_offsets(kafka_bootstrap, name) == {(src, 0): 5, (src, 1): 9}
     assert len(committed_keys(kafka_bootstrap, output)) == 10
+
+
+def test_twopc_status_shows_the_source_offsets_and_the_group_lag(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    output = create_topic(kafka_bootstrap)
+    src = create_topic(kafka_bootstrap)
+    name = unique("status-progress")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(12):
+        producer.produce(src, f"line {i}".encode())
+    assert producer.flush(TIMEOUT) == 0
+    group = ConsumerGroup(name, kafka_bootstrap)
+    coordinator = _coordinator(kafka_bootstrap, output, "per_partition", group, tmp_path / "log")
+    coordinator.run_batch(QUERY, 0, _engine(0), source_offsets=SourceOffsets(0, {src: {0: 9}}))
+
+    cli = [
+        "kafka",
+        "--sink-id",
+        "progress-sink",
+        "--commit-log",
+        str(tmp_path / "log"),
+        "--option",
+        f"bootstrap_servers={kafka_bootstrap}",
+        "--option",
+        f"topic={output}",
+        "--option",
+        f"transactional_id_prefix=pg-{output}",
+    ]
+    shown = status_json(cli, dict(os.environ))
+    (query,) = shown["queries"]
+    assert query["source_offsets"] == {"batch_id": 0, "topics": {src: {"0": 9}}}
+    assert query["group"]["lag"] == 3  # 12 records, the batch ended at offset 9
+    assert query["progress_to"]["group"] == name
+
+    text = twopc_cli("status", *cli)
+    assert text.returncode == 0, text.stderr
+    assert f"source offsets of batch 0: {src}[0]=9" in text.stdout
+    assert f"consumer group {name}: lag 3 ({src}[0] at 9 of 12)" in text.stdout
