@@ -46,7 +46,7 @@ from twopc.protocol import (
     Sink,
 )
 
-__all__ = ["Coordinator", "RecoveryStats"]
+__all__ = ["Coordinator", "RecoveryStats", "metrics_with_progress"]
 
 _log = logging.getLogger("twopc")
 
@@ -144,6 +144,16 @@ class Coordinator:
             self._finish_pending(decision)
             finished += 1
         return finished
+
+    def check_progress(self) -> None:
+        """Refuse a progress group that is not this sink's (once per coordinator)."""
+        self._publisher.check()
+
+    def publish_progress(
+        self, decision: Decision, source_offsets: SourceOffsets | None = None
+    ) -> Published:
+        """Publish a committed batch's source offsets (when the transaction did not)."""
+        return self._publisher.publish(decision, source_offsets)
 
     def _finish_pending(self, decision: Decision) -> None:
         _log.info(
@@ -306,7 +316,7 @@ class Coordinator:
         if query_id not in self._markers_checked:
             self._guard.markers_not_ahead(query_id, batch_id, state.newest_decided)
             self._markers_checked.add(query_id)
-        self._publisher.check()
+        self.check_progress()
         if state.decision is not None:
             self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
             _log.info(
@@ -317,8 +327,8 @@ class Coordinator:
             )
             engine.discard()
             # the replay of a batch that committed before a crash: its group may lag
-            published = self._publisher.publish(state.decision, source_offsets)
-            return self._finish(_with_progress(base, published), started)
+            published = self.publish_progress(state.decision, source_offsets)
+            return self._finish(metrics_with_progress(base, published), started)
         run = self.record_run(
             query_id, batch_id, state, _partition_count(engine), input_fingerprint
         )
@@ -363,7 +373,7 @@ class Coordinator:
             query_id, batch_id, committables, source_offsets
         )
         committed_at = time.monotonic()
-        published = self._publisher.publish(decision)
+        published = self.publish_progress(decision)
         aborted, swept = self._clean_losing_attempts(reports, decision, engine)
 
         metrics = replace(
@@ -380,7 +390,7 @@ class Coordinator:
             swept=base.swept + swept,
             tasks=tasks,
         )
-        return self._finish(_with_progress(metrics, published), started)
+        return self._finish(metrics_with_progress(metrics, published), started)
 
     def record_run(
         self,
@@ -635,7 +645,7 @@ class Coordinator:
             self.faults.fire(point, sink_id=self.sink_id, batch_id=batch_id)
 
 
-def _with_progress(metrics: BatchMetrics, published: Published) -> BatchMetrics:
+def metrics_with_progress(metrics: BatchMetrics, published: Published) -> BatchMetrics:
     if published.offsets is None:
         return metrics
     return replace(

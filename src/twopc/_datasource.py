@@ -43,9 +43,10 @@ from twopc._reported import abort_reported, commit_reported
 from twopc._reports import TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
-from twopc.errors import ConfigurationError
+from twopc.errors import BackendNotInstalledError, ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
+from twopc.progress import ProgressReporter, kafka_offsets_of
 from twopc.protocol import Sink
 
 __all__ = ["TwopcDataSource", "TwopcMessage"]
@@ -54,7 +55,16 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
+_PROGRESS_OPTIONS = ("progress_group", "progress_bootstrap_servers", "progress_options")
+_OWN_OPTIONS = (
+    "sink",
+    "sink_id",
+    "commit_log",
+    "commit_log_options",
+    "write_id",
+    "faults",
+    *_PROGRESS_OPTIONS,
+)
 _SPARK_OPTIONS = ("checkpointlocation",)
 
 
@@ -77,6 +87,7 @@ class _Setup:
     query_id: str | None
     batch_id: int | None  # batch writes only
     faults: FaultPlan | None
+    progress: ProgressReporter | None = None
     run_token: int = field(default_factory=lambda: int(time.time()) & 0xFFFF)
     """Set where the writer is planned, on the driver, and shipped with it to the tasks:
     it tells this run's task attempts from an earlier run's (Spark counts task attempt ids
@@ -134,7 +145,8 @@ class _Setup:
             query_id = batch_query_id(sink_id, validate_write_id(write_id, sink_id))
         faults = lowered.get("faults")
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
-        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan)
+        progress = _progress_group(lowered, sink_id, streaming=streaming)
+        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan, progress)
 
     def coordinator(self) -> Coordinator:
         return Coordinator(
@@ -142,6 +154,7 @@ class _Setup:
             self.sink_id,
             CommitLog(self.commit_log, self.commit_log_options),
             faults=self.faults,
+            progress=self.progress,
         )
 
     def attempt_id(self, task_attempt_id: int) -> int:
@@ -193,6 +206,8 @@ class TwopcDataSource(DataSource):
                 sink_id=setup.sink_id,
             )
         _finish_decided(setup)
+        if setup.progress is not None:  # refused before any task writes
+            setup.progress.check(setup.sink_id)
         return _StreamWriter(setup)
 
     def writer(self, schema: Any, overwrite: bool) -> _BatchWriter:
@@ -227,12 +242,23 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         setup = self.setup
         assert setup.query_id is not None
         fingerprint = input_fingerprint(setup.checkpoint, batchId) if setup.checkpoint else None
+        offsets = None
+        if setup.progress is not None and setup.checkpoint:
+            offsets = kafka_offsets_of(setup.checkpoint, batchId)
+            if offsets is None:
+                _log.warning(
+                    "twopc sink=%s batch %d: progress_group is set, but the checkpoint holds "
+                    "no Kafka source offsets for the batch; nothing is published",
+                    setup.sink_id,
+                    batchId,
+                )
         commit_reported(
             setup.coordinator(),
             setup.query_id,
             batchId,
             _reports(messages),
             input_fingerprint=fingerprint,
+            source_offsets=offsets,
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -261,6 +287,37 @@ class _BatchWriter(DataSourceArrowWriter):
         assert self.setup.query_id is not None
         assert self.setup.batch_id is not None
         _abort(self.setup, self.setup.query_id, self.setup.batch_id, messages)
+
+
+def _progress_group(
+    options: Mapping[str, str], sink_id: str, *, streaming: bool
+) -> ProgressReporter | None:
+    """The consumer group that shows a streaming query's progress on its Kafka source
+    (``progress_group``, ``progress_bootstrap_servers``, ``progress_options``)."""
+    group = options.get("progress_group")
+    if not group:
+        return None
+    if not streaming:
+        raise ConfigurationError(
+            "progress_group reports a streaming query's Kafka source offsets; a batch write "
+            "has none: drop the option",
+            sink_id=sink_id,
+        )
+    servers = options.get("progress_bootstrap_servers")
+    if not servers:
+        raise ConfigurationError(
+            "progress_group needs .option('progress_bootstrap_servers', ...): the brokers of "
+            "the source's cluster",
+            sink_id=sink_id,
+        )
+    config = _json_object(options.get("progress_options"), "progress_options") or {}
+    try:
+        from twopc_kafka.progress import ConsumerGroup
+    except ModuleNotFoundError as exc:
+        raise BackendNotInstalledError(
+            'progress_group needs confluent-kafka: pip install "twopc[kafka]"'
+        ) from exc
+    return ConsumerGroup(group, servers, config=config)
 
 
 def _finish_decided(setup: _Setup) -> None:

@@ -19,10 +19,11 @@ from dataclasses import replace
 
 from twopc._boundary import describe_exception, leaving_sink
 from twopc._commit_log import BatchRun, Decision
-from twopc._coordinator import Coordinator
+from twopc._coordinator import Coordinator, metrics_with_progress
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._reports import TaskReport
 from twopc.errors import BatchFailedError
+from twopc.progress import SourceOffsets
 from twopc.protocol import Committable, Footprint
 
 __all__ = ["abort_reported", "commit_reported"]
@@ -37,17 +38,20 @@ def commit_reported(
     reports: Sequence[TaskReport | None],
     *,
     input_fingerprint: str | None = None,
+    source_offsets: SourceOffsets | None = None,
 ) -> BatchMetrics:
     """Decide and commit a batch from its tasks' reports (one per partition, ``None``
     where a task failed). A batch already decided is a replay: its new work is aborted
-    and the batch counts as skipped. Raises when the batch cannot commit; nothing of it is
-    then visible (driver path) or a replay finishes it (task path)."""
+    and the batch counts as skipped. ``source_offsets`` go to the coordinator's progress
+    group after the commit (and again for a replay). Raises when the batch cannot commit;
+    nothing of it is then visible (driver path) or a replay finishes it (task path)."""
     c = coordinator
     started = time.monotonic()
     earlier = c._runs_before_this_process()  # before this batch's run is recorded
     finished = c.finish_decided()
     state = c.commit_log.batch_state(query_id, batch_id)
     c._guard.markers_not_ahead(query_id, batch_id, state.newest_decided)
+    c.check_progress()
     base = BatchMetrics(
         c.sink_id, query_id, batch_id, status=BatchStatus.SKIPPED, recovered_committed=finished
     )
@@ -62,7 +66,9 @@ def commit_reported(
             query_id,
         )
         aborted = _abort_replayed(c, present)
-        return c._finish(replace(base, recovered_aborted=aborted, swept=c._sweep()), started)
+        published = c.publish_progress(state.decision, source_offsets)
+        skipped = replace(base, recovered_aborted=aborted, swept=c._sweep())
+        return c._finish(metrics_with_progress(skipped, published), started)
     failed = [index for index, report in enumerate(reports) if report is None]
     if failed:
         abort_reported(c, query_id, batch_id, reports)
@@ -79,8 +85,11 @@ def commit_reported(
         c._abort_batch(query_id, batch_id)
         raise
     written_at = time.monotonic()
-    decision, decided_at, retries = c.decide_and_commit(query_id, batch_id, committables)
+    decision, decided_at, retries = c.decide_and_commit(
+        query_id, batch_id, committables, source_offsets
+    )
     committed_at = time.monotonic()
+    published = c.publish_progress(decision)
     aborted, swept = _clean_up(c, decision, run, earlier)
     tasks = tuple(r.metrics for r in sorted(present, key=lambda r: r.partition))
     metrics = replace(
@@ -97,7 +106,7 @@ def commit_reported(
         swept=swept,
         tasks=tasks,
     )
-    return c._finish(metrics, started)
+    return c._finish(metrics_with_progress(metrics, published), started)
 
 
 def abort_reported(

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from tests.e2e.test_kafka_spark import (
@@ -35,19 +36,36 @@ from tests.e2e.test_kafka_spark import (
 from tests.helpers import run_process
 from tests.integration.conftest import kafka_bootstrap, postgres_dsn  # noqa: F401  (fixtures)
 from tests.integration.kafka_support import (
+    TIMEOUT,
     create_topic,
     describe_group_with_kafka_tool,
     end_offset,
     group_offsets,
     unique,
 )
+from twopc import SourceOffsets
+from twopc_kafka import ConsumerGroup
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 
-def _case(mode: str, point: str, *, ci: bool = False) -> Any:
+def _case(mode: str, point: str, drift: str = "none", *, ci: bool = False) -> Any:
     marks = [] if ci else [pytest.mark.extended]
-    return pytest.param(mode, point, id=f"{mode}-{point}", marks=marks)
+    label = f"{mode}-{point}" + ("" if drift == "none" else f"-group_{drift}")
+    return pytest.param(mode, point, drift, id=label, marks=marks)
+
+
+def _drift(bootstrap: str, group: str, source: str, drift: str) -> None:
+    """Move the group where the restart must not care: far ahead of the checkpoint (as
+    after an older checkpoint was put back), or gone (expired, or deleted by an operator)."""
+    if drift == "ahead":
+        ahead = SourceOffsets(99, {source: {0: 10_000}})
+        ConsumerGroup(group, bootstrap).publish(ahead, "access-counts", "elsewhere")
+        assert group_offsets(bootstrap, group) == {(source, 0): 10_000}
+    elif drift == "deleted":
+        client = AdminClient({"bootstrap.servers": bootstrap})
+        client.delete_consumer_groups([group], request_timeout=TIMEOUT)[group].result(TIMEOUT)
+        assert group_offsets(bootstrap, group) == {}
 
 
 def _logged_offsets(checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
@@ -96,14 +114,14 @@ def _assert_at_the_end(bootstrap: str, source: str, group: str, checkpoint: Path
 
 
 @pytest.mark.parametrize(
-    ("mode", "point"),
+    ("mode", "point", "drift"),
     [
         _case("atomic", "before_decision"),
-        _case("atomic", "after_decision", ci=True),
+        _case("atomic", "after_decision", "ahead", ci=True),
         _case("atomic", "after_commit"),
         _case("per_partition", "before_decision"),
         _case("per_partition", "after_decision"),
-        _case("per_partition", "after_commit", ci=True),
+        _case("per_partition", "after_commit", "deleted", ci=True),
     ],
 )
 def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
@@ -111,6 +129,7 @@ def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
     tmp_path: Path,
     mode: str,
     point: str,
+    drift: str,
 ) -> None:
     lines = access_lines()
     source = create_topic(kafka_bootstrap, unique("access-log"))
@@ -127,6 +146,8 @@ def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
     # set after the batch commits, so it still shows the batch before.
     shown = CRASH_BATCH if mode == "atomic" else CRASH_BATCH - 1
     assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, shown)
+    # the group is never read: wherever it is now, the restart writes the same output
+    _drift(kafka_bootstrap, group, source, drift)
 
     second = run_process(args, timeout=240)
     assert second.returncode == 0, second.stderr[-4000:]

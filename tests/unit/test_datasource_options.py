@@ -484,3 +484,35 @@ def test_check_batch_sink_accepts_driver_commits(tmp_path: Path) -> None:
 def test_check_batch_sink_refuses_a_non_sink() -> None:
     with pytest.raises(ConfigurationError, match=r"expected a twopc\.Sink"):
         check_batch_sink(object(), "mem")  # type: ignore[arg-type]
+
+
+# -- the progress group ------------------------------------------------------------------------
+
+
+def test_progress_group_options_build_a_consumer_group_for_streaming_only(tmp_path: Path) -> None:
+    options = _files(
+        tmp_path,
+        checkpointLocation=_checkpoint(tmp_path),
+        progress_group="orders-progress",
+        progress_bootstrap_servers="broker:9092",
+        progress_options='{"security.protocol": "SASL_SSL", "sasl.password": "s3cret"}',
+    )
+    setup = _Setup.from_options(options, streaming=True)
+    from twopc_kafka import ConsumerGroup
+
+    assert isinstance(setup.progress, ConsumerGroup)
+    assert (setup.progress.group_id, setup.progress.bootstrap_servers) == (
+        "orders-progress",
+        "broker:9092",
+    )
+    assert "s3cret" not in repr(setup.progress)
+    assert pickle.loads(pickle.dumps(setup)).progress.group_id == "orders-progress"
+    # the progress options are twopc's: the files sink, which refuses unknown options,
+    # never saw them
+    assert isinstance(setup.sink, FilesSink)
+
+    with pytest.raises(ConfigurationError, match="a batch write has none"):
+        _Setup.from_options({**options, "write_id": "d1"}, streaming=False)
+    del options["progress_bootstrap_servers"]
+    with pytest.raises(ConfigurationError, match="progress_bootstrap_servers"):
+        _Setup.from_options(options, streaming=True)
