@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from examples.kafka_access_log_counts import print_metrics, start_query
 
@@ -34,6 +35,12 @@ def main() -> int:
     parser.add_argument("--progress-group", default=None)
     parser.add_argument("--postgres-dsn", default=None, help="write the rows to Postgres")
     parser.add_argument("--table", default=None)
+    parser.add_argument(
+        "--entry",
+        default="foreach_batch",
+        choices=["foreach_batch", "format"],
+        help='format: writeStream.format("twopc") into Postgres (needs --postgres-dsn)',
+    )
     args = parser.parse_args()
     sink = None
     if args.postgres_dsn:
@@ -59,19 +66,23 @@ def main() -> int:
         return 3
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        query = start_query(
-            spark,
-            bootstrap=args.bootstrap,
-            input_topic=args.input,
-            output_topic=args.output,
-            checkpoint=args.checkpoint,
-            mode=args.mode,
-            sink_id=args.sink_id,
-            transactional_id_prefix=args.prefix,
-            max_offsets_per_trigger=args.max_offsets_per_trigger,
-            on_metrics=print_metrics,
-            progress_group=args.progress_group,
-            sink=sink,
+        query = (
+            _format_query(spark, args)
+            if args.entry == "format"
+            else start_query(
+                spark,
+                bootstrap=args.bootstrap,
+                input_topic=args.input,
+                output_topic=args.output,
+                checkpoint=args.checkpoint,
+                mode=args.mode,
+                sink_id=args.sink_id,
+                transactional_id_prefix=args.prefix,
+                max_offsets_per_trigger=args.max_offsets_per_trigger,
+                on_metrics=print_metrics,
+                progress_group=args.progress_group,
+                sink=sink,
+            )
         )
         query.awaitTermination(240)
         if query.isActive:
@@ -85,6 +96,35 @@ def main() -> int:
         spark.stop()
     print(json.dumps({"event": "done"}), flush=True)
     return 0
+
+
+def _format_query(spark: Any, args: argparse.Namespace) -> Any:
+    """The same windows, written to Postgres by ``writeStream.format("twopc")``, with the
+    progress group as options."""
+    from examples.kafka_access_log_counts import access_log, window_rows
+
+    import twopc
+
+    twopc.register(spark)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    rows = window_rows(access_log(spark, args.bootstrap, args.input, args.max_offsets_per_trigger))
+    writer = (
+        rows.writeStream.format("twopc")
+        .outputMode("append")
+        .option("checkpointLocation", args.checkpoint)
+        .option("sink", "postgres")
+        .option("sink_id", args.sink_id)
+        .option("dsn", args.postgres_dsn)
+        .option("table", args.table)
+        .option("create_table", "true")
+        .option("transaction_mode", "two_phase")
+        .trigger(availableNow=True)
+    )
+    if args.progress_group:
+        writer = writer.option("progress_group", args.progress_group).option(
+            "progress_bootstrap_servers", args.bootstrap
+        )
+    return writer.start()
 
 
 if __name__ == "__main__":

@@ -203,3 +203,47 @@ def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def test_a_format_query_publishes_its_progress_after_each_commit(
+    kafka_bootstrap: str,  # noqa: F811
+    postgres_dsn: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``writeStream.format("twopc")`` with the group as options: the commit's process dies
+    right after a decision (before the publish); on restart Spark calls ``commit`` for the
+    batch again, which publishes, and the run ends at lag 0 with every window once."""
+    lines = access_lines()
+    source = create_topic(kafka_bootstrap, unique("access-log"))
+    produce_input(kafka_bootstrap, source, lines)
+    group = unique("format-progress")
+    table = f"access_counts_{unique('f').replace('-', '_')}"
+    args = _args(
+        kafka_bootstrap,
+        source,
+        tmp_path,
+        group,
+        "--postgres-dsn",
+        postgres_dsn,
+        "--table",
+        table,
+        "--entry",
+        "format",
+    )
+    checkpoint = tmp_path / "checkpoint"
+    try:
+        first = run_process(args, faults=f"after_decision:exit@batch={CRASH_BATCH}", timeout=240)
+        assert first.returncode != 0, first.stderr[-4000:]
+        assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, CRASH_BATCH - 1)
+        second = run_process(args, timeout=240)
+        assert second.returncode == 0, second.stderr[-4000:]
+        query = sql.SQL('SELECT window_start, ip, "count" FROM {}').format(sql.Identifier(table))
+        with psycopg.connect(postgres_dsn) as conn:
+            rows = conn.execute(query).fetchall()
+        seen = Counter((str(w), str(ip)) for w, ip, _ in rows)
+        assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
+        assert {(str(w), str(ip)): int(n) for w, ip, n in rows} == dict(expected_counts(lines))
+        _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
