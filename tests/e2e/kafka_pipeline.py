@@ -26,7 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True)
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", default="", help="the output topic (Kafka targets)")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--mode", default="per_partition")
     parser.add_argument("--sink-id", default="access-counts")

@@ -21,7 +21,9 @@ from benchmarks.spark_writers.config import GOALS, TARGETS
 from benchmarks.spark_writers.overhead import VARIANTS
 from benchmarks.spark_writers.report import BEGIN, END
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# about a minute of Spark sessions, one pair per target: --extended (scripts/bench runs the
+# same command at full size for every recorded result)
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.extended]
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 3_000
