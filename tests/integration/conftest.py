@@ -6,6 +6,8 @@ Fixtures:
 * ``postgres_dsn``    -> ``"postgresql://twopc:twopc@127.0.0.1:15432/twopc"``
 * ``mysql_dsn``       -> ``"mysql://twopc:twopc@127.0.0.1:13306/twopc"`` (MariaDB)
 * ``mysql_params``    -> :class:`MysqlParams` (``.connect_kwargs()`` for ``pymysql.connect``)
+* ``s3_store``        -> :class:`S3Store` (S3Proxy on ``127.0.0.1:19000``, bucket ``twopc``;
+  ``.storage_options()`` for s3fs)
 * ``schema_registry_url`` -> ``"http://127.0.0.1:18081/apis/ccompat/v7"`` (Apicurio Registry,
   Confluent-compatible API)
 * ``services``        -> :class:`ServiceControl`: ``kill(name)``, ``restart(name)``,
@@ -19,6 +21,8 @@ service that is already running is reused. Services are left running after the s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -67,6 +71,39 @@ def mysql_params(mysql_dsn: str) -> MysqlParams:
 def schema_registry_url(services_cli: Services) -> str:
     """Base URL of the test schema registry's Confluent-compatible API, started if needed."""
     return services_cli.start("registry")["SCHEMA_REGISTRY_URL"]
+
+
+@dataclass(frozen=True)
+class S3Store:
+    """The test S3 API (S3Proxy over files): where it is, its bucket and its credentials."""
+
+    endpoint_url: str
+    bucket: str
+    access_key_id: str
+    secret_access_key: str
+
+    def storage_options(self) -> dict[str, Any]:
+        """fsspec/s3fs options, as a user passes them for any S3-compatible store."""
+        return {
+            "key": self.access_key_id,
+            "secret": self.secret_access_key,
+            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
+        }
+
+    def url(self, *parts: str) -> str:
+        return "s3://" + "/".join([self.bucket, *parts])
+
+
+@pytest.fixture(scope="session")
+def s3_store(services_cli: Services) -> S3Store:
+    """The test S3 API, started if needed (bucket ``twopc``)."""
+    env = services_cli.start("s3")
+    return S3Store(
+        env["S3_ENDPOINT_URL"],
+        env["S3_BUCKET"],
+        env["S3_ACCESS_KEY_ID"],
+        env["S3_SECRET_ACCESS_KEY"],
+    )
 
 
 @pytest.fixture(scope="session")

@@ -22,13 +22,14 @@ from urllib.parse import unquote, urlsplit
 REPO_DIR = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_DIR / "scripts" / "services"
 
-SERVICE_NAMES = ("kafka", "postgres", "mariadb", "registry")
+SERVICE_NAMES = ("kafka", "postgres", "mariadb", "registry", "s3")
 # the name of the setting ``scripts/services env`` prints for each service
 ENV_KEYS = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
     "postgres": "POSTGRES_DSN",
     "mariadb": "MYSQL_DSN",
     "registry": "SCHEMA_REGISTRY_URL",
+    "s3": "S3_ENDPOINT_URL",
 }
 
 

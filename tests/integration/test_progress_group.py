@@ -15,6 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import twopc
+from tests.chaos.sinks import build_sink
+from tests.chaos.targets import make_target
 from tests.integration.kafka_support import (
     TIMEOUT,
     committed_keys,
@@ -196,3 +198,78 @@ def test_twopc_status_shows_the_source_offsets_and_the_group_lag(
     assert text.returncode == 0, text.stderr
     assert f"source offsets of batch 0: {src}[0]=9" in text.stdout
     assert f"consumer group {name}: lag 3 ({src}[0] at 9 of 12)" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"),
+    [("files", "parquet"), ("postgres", "two_phase"), ("mysql", "transaction")],
+    ids=["files", "postgres-two_phase", "mysql-transaction"],
+)
+def test_other_targets_move_the_group_only_after_a_commit(
+    kafka_bootstrap: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    backend: str,
+    mode: str,
+) -> None:
+    """Files, Postgres and MySQL: the group follows each committed batch; a batch whose
+    phase 1 fails leaves both the target and the group where they were."""
+    fixtures = {
+        "files": {},
+        "postgres": {"POSTGRES_DSN": "postgres_dsn"},
+        "mysql": {"MYSQL_DSN": "mysql_dsn"},
+    }[backend]
+    env = {key: str(request.getfixturevalue(fixture)) for key, fixture in fixtures.items()}
+    target = make_target(backend, env)
+    spec = target.prepare(unique("pg").replace("-", "_"), mode, tmp_path / "run", 2)
+    src = create_topic(kafka_bootstrap, partitions=2)
+    name = unique("target-progress")
+
+    def coordinator(**options: Any) -> Coordinator:
+        return Coordinator(
+            build_sink(spec),
+            spec.sink_id,
+            CommitLog(str(tmp_path / "log")),
+            progress=ConsumerGroup(name, kafka_bootstrap),
+            **options,
+        )
+
+    def ids(batch_id: int) -> LocalEngine:
+        return LocalEngine(
+            [
+                pa.table(
+                    {
+                        "id": pa.array(
+                            range(batch_id * 100 + p * 10, batch_id * 100 + p * 10 + 10), pa.int64()
+                        )
+                    }
+                )
+                for p in range(2)
+            ],
+            processes=False,
+        )
+
+    try:
+        coordinator().run_batch(
+            QUERY, 0, ids(0), source_offsets=SourceOffsets(0, {src: {0: 4, 1: 6}})
+        )
+        assert group_offsets(kafka_bootstrap, name) == {(src, 0): 4, (src, 1): 6}
+        assert set(target.committed(spec)) == set(range(20))
+
+        failing = coordinator(faults=FaultPlan.parse("before_pre_commit:raise@batch=1,partition=1"))
+        with pytest.raises(twopc.TwoPCError):
+            failing.run_batch(
+                QUERY, 1, ids(1), source_offsets=SourceOffsets(1, {src: {0: 8, 1: 9}})
+            )
+        assert group_offsets(kafka_bootstrap, name) == {(src, 0): 4, (src, 1): 6}
+        assert set(target.committed(spec)) == set(range(20))
+
+        coordinator().run_batch(
+            QUERY, 1, ids(1), source_offsets=SourceOffsets(1, {src: {0: 8, 1: 9}})
+        )
+        assert group_offsets(kafka_bootstrap, name) == {(src, 0): 8, (src, 1): 9}
+        seen = target.committed(spec)
+        assert set(seen) == set(range(20)) | set(range(100, 120))
+        assert max(seen.values()) == 1
+    finally:
+        target.cleanup(spec)
