@@ -213,7 +213,7 @@ def test_other_targets_move_the_group_only_after_a_commit(
     mode: str,
 ) -> None:
     """Files, Postgres and MySQL: the group follows each committed batch; a batch whose
-    phase 1 fails leaves both the target and the group where they were."""
+    phase 1 fails leaves the group where it was."""
     fixtures = {
         "files": {},
         "postgres": {"POSTGRES_DSN": "postgres_dsn"},
@@ -262,7 +262,10 @@ def test_other_targets_move_the_group_only_after_a_commit(
                 QUERY, 1, ids(1), source_offsets=SourceOffsets(1, {src: {0: 8, 1: 9}})
             )
         assert group_offsets(kafka_bootstrap, name) == {(src, 0): 4, (src, 1): 6}
-        assert set(target.committed(spec)) == set(range(20))
+        # a sink that commits in the task keeps partition 0's commit (the rerun skips it by
+        # its marker); the group still does not move: the batch is not committed
+        kept = set(range(100, 110)) if mode == "transaction" else set()
+        assert set(target.committed(spec)) == set(range(20)) | kept
 
         coordinator().run_batch(
             QUERY, 1, ids(1), source_offsets=SourceOffsets(1, {src: {0: 8, 1: 9}})
