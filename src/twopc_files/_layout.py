@@ -26,6 +26,7 @@ __all__ = [
     "COMMITTABLE_FILE",
     "LOG_DIR",
     "STAGING_DIR",
+    "STARTED_FILE",
     "attempt_dir",
     "final_name",
     "split_by_partition",
@@ -34,6 +35,8 @@ __all__ = [
 LOG_DIR = "_twopc"
 STAGING_DIR = "_twopc_staging"
 COMMITTABLE_FILE = "_committable.json"
+STARTED_FILE = "_started"
+"""Written when an attempt that writes multipart uploads begins (its files are not staged)."""
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 

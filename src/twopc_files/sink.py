@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, cast
 
 import pyarrow as pa
 
@@ -42,13 +42,18 @@ from twopc_files._layout import (
     COMMITTABLE_FILE,
     LOG_DIR,
     STAGING_DIR,
+    STARTED_FILE,
     attempt_dir,
     final_name,
     name_token,
     split_by_partition,
 )
+from twopc_files._multipart import MultipartFile, MultipartStore, Part, is_multipart_capable
 
-__all__ = ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"]
+__all__ = ["COMMIT_METHODS", "FORMATS", "FilesPayload", "FilesSink", "StagedFile"]
+
+COMMIT_METHODS = ("auto", "move", "complete_upload")
+"""How the files sink's commit makes files visible (``FilesSink(commit_by=...)``)."""
 
 _log = logging.getLogger("twopc.files")
 
@@ -57,33 +62,48 @@ _MIN_FILE_SIZE = 1024
 
 @dataclass(frozen=True)
 class StagedFile:
-    """One file a task wrote: where it is staged and the final name commit gives it."""
+    """One file a task wrote: where it is staged and the final name commit gives it.
+
+    A file written as a multipart upload (``commit_by="complete_upload"``) is not staged:
+    ``upload_id`` and ``parts`` say which open upload, at the final name, the commit
+    completes, and ``staged`` is empty."""
 
     staged: str
     final: str
     rows: int
     bytes: int
+    upload_id: str | None = None
+    parts: tuple[Part, ...] = ()
 
 
 @dataclass(frozen=True)
 class FilesPayload(Payload):
     """A task's committable: its staging directory and its files."""
 
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
+    """Version 2 added the multipart upload of each file (``upload_id``, ``parts``)."""
 
     staging: str
     files: tuple[StagedFile, ...]
 
     @classmethod
     def from_json(cls, data: Any, version: int) -> FilesPayload:
-        return cls(str(data["staging"]), tuple(StagedFile(**f) for f in data["files"]))
+        files = []
+        for raw in data["files"]:
+            fields = dict(raw)
+            fields["parts"] = tuple(
+                Part(int(p["number"]), str(p["etag"])) for p in fields.get("parts", ())
+            )
+            files.append(StagedFile(**fields))
+        return cls(str(data["staging"]), tuple(files))
 
 
 @dataclass
 class _OpenFile:
     staged: str
     final: str
-    handle: IO[bytes]
+    handle: IO[bytes] | MultipartFile
     writer: FormatWriter
     rows: int = 0
 
@@ -120,6 +140,12 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         storage_options: fsspec options (credentials are never logged or shown in repr).
         write_options: passed to the format writer (e.g. ``{"compression": "zstd"}`` for
             Parquet, ``{"include_header": False}`` for CSV).
+        commit_by: how the commit makes files visible. ``move``: tasks write hidden staged
+            files, the commit moves them (a rename on local disks and HDFS, a copy and a
+            delete on object stores). ``complete_upload``: tasks write each file as a
+            multipart upload at its final name and leave it open, the commit completes it
+            (S3 and S3-compatible stores through s3fs; no copy). ``auto`` (default):
+            ``complete_upload`` where the filesystem is s3fs, else ``move``.
     """
 
     backend_name = "files"
@@ -133,7 +159,13 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         target_file_size: int = 128 * 1024 * 1024,
         storage_options: dict[str, Any] | None = None,
         write_options: dict[str, Any] | None = None,
+        commit_by: str = "auto",
     ) -> None:
+        if commit_by not in COMMIT_METHODS:
+            raise ConfigurationError(
+                f"files sink: unknown commit_by {commit_by!r}; use one of "
+                f"{', '.join(COMMIT_METHODS)}"
+            )
         if not isinstance(path, str) or not path:
             raise ConfigurationError("files sink: path must be a non-empty string")
         if format not in FORMATS:
@@ -160,6 +192,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.target_file_size = int(target_file_size)
         self.storage_options = dict(storage_options or {})
         self.write_options = dict(write_options or {})
+        self.commit_by = commit_by
         self._fs: Any = None
         self._root = ""
 
@@ -188,6 +221,19 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         _ = self.fs
         return self._root
 
+    @property
+    def uploads(self) -> MultipartStore | None:
+        """The multipart client when files are committed by completing uploads."""
+        capable = is_multipart_capable(self.fs)
+        if self.commit_by == "move" or (self.commit_by == "auto" and not capable):
+            return None
+        if not capable:
+            raise ConfigurationError(
+                f"files sink: commit_by='complete_upload' needs an S3 filesystem (s3fs); "
+                f"{self.path} is on {type(self.fs).__name__}"
+            )
+        return MultipartStore(self.fs)
+
     def _abs(self, relative: str) -> str:
         return join(self.root, relative)
 
@@ -204,6 +250,10 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         if self.fs.exists(self._abs(staging)):
             # A previous process ran this very attempt (possible outside Spark); start clean.
             self.fs.rm(self._abs(staging), recursive=True)
+        if self.uploads is not None:
+            # The uploads are open at their final names; this marks the attempt, so that a
+            # sweep can tell this query's uploads from other writers' if it never prepares.
+            atomic_write(self.fs, self._abs(f"{staging}/{STARTED_FILE}"), b"")
         return FilesTransaction(ctx, staging)
 
     def invoke(self, txn: FilesTransaction, batch: pa.RecordBatch) -> None:
@@ -258,25 +308,39 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             FORMATS[self.format],
         )
         final = f"{directory}/{name}" if directory else name
-        staged = f"{txn.staging}/{final}"
-        path = self._abs(staged)
-        parent = path.rsplit("/", 1)[0]
-        self.fs.makedirs(parent, exist_ok=True)
-        handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115
+        uploads = self.uploads
+        handle: IO[bytes] | MultipartFile
+        if uploads is not None:
+            # at its final name, but invisible until the commit completes the upload
+            staged = ""
+            handle = MultipartFile(uploads, self._abs(final))
+        else:
+            staged = f"{txn.staging}/{final}"
+            path = self._abs(staged)
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115
         try:
-            writer = open_format_writer(self.format, handle, schema, dict(self.write_options))
+            writer = open_format_writer(
+                self.format, cast(IO[bytes], handle), schema, dict(self.write_options)
+            )
         except BaseException:
-            handle.close()
+            _discard(handle)
             raise
         return _OpenFile(staged, final, handle, writer)
 
     def _close(self, current: _OpenFile) -> StagedFile:
         current.writer.close()
         size = current.writer.bytes_written()
-        if hasattr(current.handle, "fileno") and is_local(self.fs):
-            current.handle.flush()
-            os.fsync(current.handle.fileno())
-        current.handle.close()
+        handle = current.handle
+        if isinstance(handle, MultipartFile):
+            handle.close()  # the last part is uploaded; the upload stays open
+            return StagedFile(
+                "", current.final, current.rows, size, handle.upload_id, tuple(handle.parts)
+            )
+        if hasattr(handle, "fileno") and is_local(self.fs):
+            handle.flush()
+            os.fsync(handle.fileno())
+        handle.close()
         return StagedFile(current.staged, current.final, current.rows, size)
 
     def pre_commit(self, txn: FilesTransaction) -> Committable:
@@ -300,9 +364,19 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 with contextlib.suppress(Exception):
                     state.current.writer.close()
                 with contextlib.suppress(Exception):
-                    state.current.handle.close()
+                    _discard(state.current.handle)
                 state.current = None
+        self._abort_uploads(txn.done)
         self._remove(txn.staging)
+
+    def _abort_uploads(self, files: Sequence[StagedFile]) -> None:
+        uploads = [f for f in files if f.upload_id]
+        if not uploads:
+            return
+        store = MultipartStore(self.fs)
+        for entry in uploads:
+            assert entry.upload_id is not None
+            store.abort(self._abs(entry.final), entry.upload_id)
 
     # -- phase 2 ------------------------------------------------------------------------
 
@@ -321,6 +395,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         payload = FilesPayload.of(committable)
         moved = 0
         for entry in payload.files:
+            if entry.upload_id is not None:
+                moved += self._complete(entry)
+                continue
             staged, final = self._abs(entry.staged), self._abs(entry.final)
             if self.fs.exists(staged):
                 self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
@@ -340,8 +417,33 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             return CommitOutcome.COMMITTED
         return CommitOutcome.ALREADY_COMMITTED
 
+    def _complete(self, entry: StagedFile) -> int:
+        """Complete a file's upload: 1 if this made it visible, 0 if it already was."""
+        assert entry.upload_id is not None
+        try:
+            completed = MultipartStore(self.fs).complete(
+                self._abs(entry.final), entry.upload_id, entry.parts
+            )
+        except FileNotFoundError:
+            raise CommitError(
+                f"the multipart upload {entry.upload_id} of {entry.final} is gone and the "
+                "object there is not the one it would have made: the upload was aborted or "
+                "expired (a bucket lifecycle rule for incomplete uploads shorter than the "
+                "time between phase 1 and the commit?)"
+            ) from None
+        return int(completed)
+
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for committable in committables:
+            try:
+                self._abort_uploads(FilesPayload.of(committable).files)
+            except UnsupportedFormatError:
+                _log.warning(
+                    "cannot read the files of batch %d partition %d; its open uploads, if "
+                    "any, are left to the sweep",
+                    committable.batch_id,
+                    committable.partition,
+                )
             # derived from the committable's identity: also for a payload this version
             # cannot read, since abort must always succeed
             staging = attempt_dir(
@@ -418,14 +520,15 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         return max(0.0, time.time() - float(modified.timestamp()))
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
-        """Delete attempt directories that never prepared, then empty parents."""
+        """Delete attempt directories that never prepared, then empty parents; abort the
+        open uploads of this sink that no prepared attempt owns."""
         kept = {
             attempt_dir(c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt) for c in keep
         }
         base = self._abs(f"{STAGING_DIR}/{sink_id}")
         if not self.fs.exists(base):
             return 0
-        removed = 0
+        removed = self._sweep_uploads(sink_id, keep) if self.uploads is not None else 0
         for attempt, relative in self._attempt_dirs(sink_id):
             if relative in kept or self.fs.exists(f"{attempt}/{COMMITTABLE_FILE}"):
                 continue
@@ -433,6 +536,25 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             removed += 1
         self._remove_empty_dirs(base)
         return removed
+
+    def _sweep_uploads(self, sink_id: str, keep: Sequence[Committable]) -> int:
+        """Abort the open uploads under the output whose names carry a token of one of
+        this sink's queries (the staging area lists them) and that no prepared attempt
+        (a committable in staging, or ``keep``) names."""
+        tokens = {
+            name_token(sink_id, path.rstrip("/").rsplit("/", 1)[-1])
+            for path in self.fs.ls(self._abs(f"{STAGING_DIR}/{sink_id}"), detail=False)
+        }
+        owned = {f.upload_id for c in [*keep, *self.recover(sink_id)] for f in _files_of(c)}
+        aborted = 0
+        store = MultipartStore(self.fs)
+        for upload in store.open_uploads(self.root.rstrip("/") + "/"):
+            name = upload.path.rsplit("/", 1)[-1]
+            ours = any(name.startswith(f"part-{token}-") for token in tokens)
+            if ours and upload.upload_id not in owned:
+                store.abort(upload.path, upload.upload_id)
+                aborted += 1
+        return aborted
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -448,3 +570,18 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 if self.fs.isdir(directory) and not self.fs.ls(directory, detail=False):
                     with contextlib.suppress(OSError):
                         self.fs.rmdir(directory)
+
+
+def _discard(handle: IO[bytes] | MultipartFile) -> None:
+    """Close a file of a failed attempt; an upload is aborted."""
+    if isinstance(handle, MultipartFile):
+        handle.discard()
+    else:
+        handle.close()
+
+
+def _files_of(committable: Committable) -> tuple[StagedFile, ...]:
+    try:
+        return FilesPayload.of(committable).files
+    except UnsupportedFormatError:
+        return ()

@@ -8,9 +8,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+import s3fs
 from pyarrow import fs as pafs
 
 import twopc
@@ -67,15 +69,27 @@ def _all_objects(store: S3Store, prefix: str) -> list[str]:
     return sorted(i.path for i in s3.get_file_info(selector) if i.type == pafs.FileType.File)
 
 
+def _open_uploads(store: S3Store, prefix: str) -> list[str]:
+    """Multipart uploads under ``prefix`` that are neither completed nor aborted."""
+    s3 = s3fs.S3FileSystem(**store.storage_options())
+    answer = s3.call_s3("list_multipart_uploads", Bucket=store.bucket, Prefix=f"{prefix}/")
+    return sorted(u["Key"] for u in answer.get("Uploads") or [])
+
+
+@pytest.mark.parametrize("commit_by", ["move", "complete_upload"])
 def test_files_on_s3_commit_once_and_a_failed_batch_leaves_nothing(
-    s3_store: S3Store, tmp_path: Path
+    s3_store: S3Store, tmp_path: Path, commit_by: str
 ) -> None:
     prefix = f"orders-{uuid.uuid4().hex[:8]}"
     options: dict[str, Any] = s3_store.storage_options()
 
     def coordinator(**extra: Any) -> Coordinator:
         sink = twopc.create_sink(
-            "files", path=s3_store.url(prefix), format="parquet", storage_options=options
+            "files",
+            path=s3_store.url(prefix),
+            format="parquet",
+            storage_options=options,
+            commit_by=commit_by,
         )
         return Coordinator(sink, "orders", CommitLog(str(tmp_path / "log")), **extra)
 
@@ -92,5 +106,121 @@ def test_files_on_s3_commit_once_and_a_failed_batch_leaves_nothing(
     # the replay of a committed batch writes nothing
     assert coordinator().run_batch(QUERY, 1, _ids(1)).status == "skipped"
     assert _visible(s3_store, prefix) == list(range(20)) + list(range(100, 120))
-    # nothing staged is left behind
+    # nothing staged is left behind, no upload stays open
     assert [o for o in _all_objects(s3_store, prefix) if "/_twopc_staging/" in o] == []
+    assert _open_uploads(s3_store, prefix) == []
+
+
+def _sink(store: S3Store, prefix: str, **options: Any) -> twopc.Sink[Any]:
+    return twopc.create_sink(
+        "files",
+        path=store.url(prefix),
+        format="parquet",
+        storage_options=store.storage_options(),
+        commit_by="complete_upload",
+        **options,
+    )
+
+
+def test_uploads_stay_invisible_until_the_decided_batch_is_completed(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    """The driver stops after the decision: every file is an open upload at its final
+    name, invisible, and nothing was written under a final name; a new coordinator's
+    recovery completes them. A big file is several parts."""
+    prefix = f"mp-{uuid.uuid4().hex[:8]}"
+    log = str(tmp_path / "log")
+    rng = np.random.default_rng(7)
+    big = pa.table({"id": pa.array(range(3_000_000)), "noise": rng.random(3_000_000)})
+    engine = LocalEngine(
+        [big, pa.table({"id": pa.array([-1, -2]), "noise": [0.5, 0.5]})], processes=False
+    )
+    stopped = Coordinator(
+        _sink(s3_store, prefix),
+        "orders",
+        CommitLog(log),
+        faults=FaultPlan.parse("after_decision:raise@batch=0"),
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stopped.run_batch(QUERY, 0, engine)
+    assert _visible(s3_store, prefix) == []
+    assert [o for o in _all_objects(s3_store, prefix) if "/_twopc_staging/" not in o] == []
+    uploads = _open_uploads(s3_store, prefix)
+    assert len(uploads) == 2 and all(u.endswith(".parquet") for u in uploads)
+
+    stats = Coordinator(_sink(s3_store, prefix), "orders", CommitLog(log)).recover()
+    assert stats.committed == 2
+    seen = _visible(s3_store, prefix)
+    assert len(seen) == 3_000_002 and seen[:2] == [-2, -1]
+    assert _open_uploads(s3_store, prefix) == []
+    # completing again (a crash between two completions, then recovery) changes nothing
+    decision = CommitLog(log).decision(QUERY, 0)
+    assert decision is not None
+    sink = _sink(s3_store, prefix)
+    assert isinstance(sink, twopc.CommitsOnDriver)
+    # (S3 answers a completed upload's second completion with success or NoSuchUpload,
+    # depending on how long ago; either way nothing changes)
+    sink.commit(decision.committables)
+    assert len(_visible(s3_store, prefix)) == 3_000_002
+
+
+def test_a_killed_task_leaves_an_open_upload_that_the_sweep_aborts(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    """A task process SIGKILLed mid-write cannot abort its upload; the batch fails, and
+    the coordinator's clean-up finds the upload (listing the prefix) and aborts it, while
+    an upload of another writer under the same prefix is left alone."""
+    prefix = f"mpk-{uuid.uuid4().hex[:8]}"
+    foreign = s3fs.S3FileSystem(**s3_store.storage_options())
+    other = foreign.call_s3(
+        "create_multipart_upload", Bucket=s3_store.bucket, Key=f"{prefix}/someone-else.bin"
+    )
+    coordinator = Coordinator(
+        _sink(s3_store, prefix),
+        "orders",
+        CommitLog(str(tmp_path / "log")),
+        faults=FaultPlan.parse("before_pre_commit:kill@batch=0,partition=1"),
+    )
+    engine = LocalEngine([pa.table({"id": pa.array(range(i * 10, i * 10 + 10))}) for i in range(2)])
+    with pytest.raises(twopc.TwoPCError):
+        coordinator.run_batch(QUERY, 0, engine)
+    assert _open_uploads(s3_store, prefix) == [f"{prefix}/someone-else.bin"]
+    assert _visible(s3_store, prefix) == []
+    foreign.call_s3(
+        "abort_multipart_upload",
+        Bucket=s3_store.bucket,
+        Key=f"{prefix}/someone-else.bin",
+        UploadId=other["UploadId"],
+    )
+
+
+def test_a_decided_upload_that_is_gone_fails_the_commit_loudly(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    """An operator (or a lifecycle rule) aborted an upload the decision names: the commit
+    fails with an error naming the upload and the file, never succeeds without the rows."""
+    prefix = f"mpg-{uuid.uuid4().hex[:8]}"
+    log = str(tmp_path / "log")
+    engine = LocalEngine([pa.table({"id": pa.array(range(5))})], processes=False)
+    stopped = Coordinator(
+        _sink(s3_store, prefix),
+        "orders",
+        CommitLog(log),
+        faults=FaultPlan.parse("after_decision:raise@batch=0"),
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stopped.run_batch(QUERY, 0, engine)
+    s3 = s3fs.S3FileSystem(**s3_store.storage_options())
+    (key,) = _open_uploads(s3_store, prefix)
+    answer = s3.call_s3("list_multipart_uploads", Bucket=s3_store.bucket, Prefix=f"{prefix}/")
+    s3.call_s3(
+        "abort_multipart_upload",
+        Bucket=s3_store.bucket,
+        Key=key,
+        UploadId=answer["Uploads"][0]["UploadId"],
+    )
+    with pytest.raises(twopc.CommitError) as failed:
+        Coordinator(_sink(s3_store, prefix), "orders", CommitLog(log)).recover()
+    text = str(failed.value)
+    assert "multipart upload" in text and key.rsplit("/", 1)[-1] in text, text
+    assert _visible(s3_store, prefix) == []
