@@ -25,6 +25,7 @@ class SinkSpec:
     factory: str = ""
     prefix: str = ""  # Kafka transactional_id_prefix ("": the default)
     log_outside: bool = False  # keep the commit log next to, not inside, the checkpoint
+    options: str = ""  # files: more sink options as a JSON object (storage_options, commit_by)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -57,7 +58,8 @@ def build_sink(spec: SinkSpec) -> twopc.Sink[Any]:
         sink: twopc.Sink[Any] = getattr(importlib.import_module(module), function)(spec.address)
         return sink
     if spec.backend == "files":
-        return twopc.create_sink("files", path=spec.address, format=spec.mode)
+        extra = json.loads(spec.options) if spec.options else {}
+        return twopc.create_sink("files", path=spec.address, format=spec.mode, **extra)
     if spec.backend in ("postgres", "mysql"):
         return twopc.create_sink(
             spec.backend,

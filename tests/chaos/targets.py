@@ -8,6 +8,7 @@ drops the namespace. Nothing here looks at twopc's own bookkeeping.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
@@ -263,10 +264,98 @@ class KafkaTarget(Target):
             future.result(TIMEOUT)
 
 
+class S3FilesTarget(Target):
+    """Parquet on the S3 API of ``scripts/services`` (S3Proxy), written by the files sink
+    with multipart uploads the commit completes; read with pyarrow's own S3 filesystem."""
+
+    backend = "files"
+    service = "s3"
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.endpoint_url = env["S3_ENDPOINT_URL"]
+        self.bucket = env["S3_BUCKET"]
+        self.key = env["S3_ACCESS_KEY_ID"]
+        self.secret = env["S3_SECRET_ACCESS_KEY"]
+
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "secret": self.secret,
+            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
+        }
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkSpec:
+        options = {"storage_options": self.storage_options(), "commit_by": "complete_upload"}
+        return SinkSpec(
+            "files", mode, run_id, f"s3://{self.bucket}/{run_id}", options=json.dumps(options)
+        )
+
+    def _arrow(self) -> Any:
+        from pyarrow import fs as pafs
+
+        return pafs.S3FileSystem(
+            access_key=self.key,
+            secret_key=self.secret,
+            endpoint_override=self.endpoint_url.removeprefix("http://"),
+            scheme="http",
+            region="us-east-1",
+        )
+
+    def _objects(self, spec: SinkSpec) -> list[str]:
+        from pyarrow import fs as pafs
+
+        prefix = spec.address.removeprefix("s3://")
+        selector = pafs.FileSelector(prefix, recursive=True, allow_not_found=True)
+        infos = self._arrow().get_file_info(selector)
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File)
+
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        import pyarrow.dataset as ds
+
+        prefix = spec.address.removeprefix("s3://")
+        data = [
+            p
+            for p in self._objects(spec)
+            if not any(part.startswith(("_", ".")) for part in p[len(prefix) + 1 :].split("/"))
+        ]
+        if not data:
+            return Counter()
+        table = ds.dataset(data, filesystem=self._arrow(), format="parquet").to_table()
+        return Counter(table.column("id").to_pylist())
+
+    def leftovers(self, spec: SinkSpec) -> list[str]:
+        """Staged objects and multipart uploads still open under the output."""
+        import s3fs
+
+        prefix = spec.address.removeprefix("s3://")
+        staged = [p for p in self._objects(spec) if "/_twopc_staging/" in p]
+        s3 = s3fs.S3FileSystem(**self.storage_options())
+        answer = s3.call_s3(
+            "list_multipart_uploads", Bucket=self.bucket, Prefix=prefix.split("/", 1)[1] + "/"
+        )
+        uploads = [u["Key"] for u in answer.get("Uploads") or []]
+        return [f"staged object {p}" for p in staged] + [f"open upload {k}" for k in uploads]
+
+    def endpoint(self) -> tuple[str, int] | None:
+        where = urlsplit(self.endpoint_url)
+        return (where.hostname or "127.0.0.1", where.port or 80)
+
+    def cleanup(self, spec: SinkSpec) -> None:
+        import s3fs
+
+        s3 = s3fs.S3FileSystem(**self.storage_options())
+        prefix = spec.address.removeprefix("s3://")
+        if s3.exists(prefix):
+            s3.rm(prefix, recursive=True)
+
+
 def make_target(backend: str, env: dict[str, str]) -> Target:
-    """The target of a backend, addressed with ``scripts/services env`` settings."""
+    """The target of a backend, addressed with ``scripts/services env`` settings (``s3``:
+    the files backend on the S3 API)."""
     if backend == "files":
         return FilesTarget()
+    if backend == "s3":
+        return S3FilesTarget(env)
     if backend == "postgres":
         return SqlTarget("postgres", env["POSTGRES_DSN"])
     if backend == "mysql":

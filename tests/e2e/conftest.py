@@ -55,6 +55,7 @@ from tests.integration.conftest import (  # noqa: E402, F401
     mysql_dsn,
     mysql_params,
     postgres_dsn,
+    s3_store,
     schema_registry_url,
     services,
     services_cli,

@@ -25,7 +25,13 @@ def format_options(spec: SinkSpec) -> dict[str, str]:
     """The sink of ``spec`` as ``format("twopc")`` options: what :func:`build_sink` passes
     to ``create_sink``, as strings."""
     if spec.backend == "files":
-        return {"sink": "files", "path": spec.address, "format": spec.mode}
+        extra = json.loads(spec.options) if spec.options else {}
+        return {
+            "sink": "files",
+            "path": spec.address,
+            "format": spec.mode,
+            **{k: v if isinstance(v, str) else json.dumps(v) for k, v in extra.items()},
+        }
     if spec.backend in ("postgres", "mysql"):
         return {
             "sink": spec.backend,

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.chaos.sinks import SinkSpec
@@ -76,7 +77,21 @@ def kill_when_decided(
 ) -> str:
     """Start the query, wait until ``batch_id`` is decided (the fault plan stalls it after
     the decision), then SIGKILL the query's whole process group. Returns its output."""
-    log = roots[0] / f"killed-{batch_id}.log"
+    return kill_when(
+        args,
+        roots[0],
+        lambda: any(decision_file(root, batch_id) for root in roots),
+        f"batch {batch_id} was decided",
+        timeout,
+    )
+
+
+def kill_when(
+    args: list[str], log_dir: Path, condition: Callable[[], bool], what: str, timeout: float = 240
+) -> str:
+    """Start the query, wait until ``condition()`` holds, then SIGKILL the query's whole
+    process group. Returns its output."""
+    log = log_dir / f"killed-{time.monotonic_ns()}.log"
     with log.open("w") as out:
         process = subprocess.Popen(
             args,
@@ -88,14 +103,11 @@ def kill_when_decided(
         )
     deadline = time.monotonic() + timeout
     try:
-        while not any(decision_file(root, batch_id) for root in roots):
+        while not condition():
             if process.poll() is not None:
-                raise AssertionError(
-                    f"the query ended before batch {batch_id} was decided:\n"
-                    + log.read_text()[-3000:]
-                )
+                raise AssertionError(f"the query ended before {what}:\n" + log.read_text()[-3000:])
             if time.monotonic() > deadline:
-                raise AssertionError(f"batch {batch_id} was not decided in {timeout:.0f} s")
+                raise AssertionError(f"not {what} within {timeout:.0f} s")
             time.sleep(0.2)
     finally:
         if process.poll() is None:
