@@ -610,6 +610,8 @@ class Coordinator:
             if index == 1:
                 self._fire(between, decision.batch_id)
             retries += self._commit_all(driver, [committable])
+        with leaving_sink(self.sink_id, decision.batch_id, wrap=CommitError):
+            driver.batch_committed(decision.committables)
         self.commit_log.mark_done(decision.query_id, decision.batch_id)
         return retries
 

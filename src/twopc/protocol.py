@@ -467,6 +467,11 @@ class CommitsOnDriver(ABC):
         and aborts the rest. Must be read-only: ``twopc status`` calls it too.
         """
 
+    def batch_committed(self, committables: Sequence[Committable]) -> None:  # noqa: B027
+        """Optional: called once every committable of a batch is committed, before the
+        batch is marked done (so again after a crash in between: make it idempotent). The
+        files sink writes its batch log for readers here. Default: nothing."""
+
 
 class KeepsMarkers(ABC):
     """Role: the target records, atomically with each partition's data, the batch that

@@ -37,6 +37,7 @@ from twopc import (
     WorkKind,
 )
 from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
 from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
 from twopc_files._layout import (
     COMMITTABLE_FILE,
@@ -146,6 +147,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             multipart upload at its final name and leave it open, the commit completes it
             (S3 and S3-compatible stores through s3fs; no copy). ``auto`` (default):
             ``complete_upload`` where the filesystem is s3fs, else ``move``.
+        batch_log: also keep Spark's file sink log (``_spark_metadata``) in the output,
+            one log batch per committed batch, so Spark's readers see each batch whole or
+            not at all. One writer per output path.
     """
 
     backend_name = "files"
@@ -160,6 +164,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         storage_options: dict[str, Any] | None = None,
         write_options: dict[str, Any] | None = None,
         commit_by: str = "auto",
+        batch_log: bool = False,
     ) -> None:
         if commit_by not in COMMIT_METHODS:
             raise ConfigurationError(
@@ -193,6 +198,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.storage_options = dict(storage_options or {})
         self.write_options = dict(write_options or {})
         self.commit_by = commit_by
+        self.batch_log = bool(batch_log)
         self._fs: Any = None
         self._root = ""
 
@@ -416,6 +422,21 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         if moved or had_staging:
             return CommitOutcome.COMMITTED
         return CommitOutcome.ALREADY_COMMITTED
+
+    def batch_committed(self, committables: Sequence[Committable]) -> None:
+        """With ``batch_log``: every file of the batch is visible now; list them in one
+        log batch of ``_spark_metadata`` (nothing if the batch wrote no file)."""
+        if not self.batch_log:
+            return
+        files = sorted(
+            (
+                LoggedFile(file_uri(self.fs, self._abs(entry.final)), entry.bytes)
+                for committable in committables
+                for entry in FilesPayload.of(committable).files
+            ),
+            key=lambda f: f.uri,
+        )
+        SparkBatchLog(self.fs, self.root).append(files)
 
     def _complete(self, entry: StagedFile) -> int:
         """Complete a file's upload: 1 if this made it visible, 0 if it already was."""

@@ -1,0 +1,66 @@
+"""The files sink's ``_spark_metadata`` log, in the layout of Spark's own file sink: ids from
+0 without gaps, every tenth batch a ``.compact`` file with every entry so far, appends
+idempotent. Spark reading it is tested in tests/e2e/test_batch_log_spark.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
+
+pytestmark = pytest.mark.unit
+
+
+def _log(tmp_path: Path) -> SparkBatchLog:
+    return SparkBatchLog(fsspec.filesystem("file"), str(tmp_path))
+
+
+def _files(batch: int) -> list[LoggedFile]:
+    return [LoggedFile(f"file:///out/part-b{batch}-{i}.parquet", 100 + i) for i in range(2)]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def test_batches_are_numbered_from_zero_and_every_tenth_is_compact(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    assert log.latest() is None
+    for batch in range(12):
+        assert log.append(_files(batch)) == batch
+    names = sorted(p.name for p in (tmp_path / "_spark_metadata").iterdir())
+    assert names == sorted([*map(str, range(9)), "9.compact", "10", "11"])
+    first = _lines(tmp_path / "_spark_metadata" / "0")
+    assert first[0] == "v1"
+    entry = json.loads(first[1])
+    assert entry["path"] == "file:///out/part-b0-0.parquet" and entry["size"] == 100
+    assert (entry["action"], entry["isDir"]) == ("add", False)
+    compact = _lines(tmp_path / "_spark_metadata" / "9.compact")
+    assert compact[0] == "v1"
+    assert [json.loads(line)["path"] for line in compact[1:]] == [
+        f.uri for batch in range(10) for f in _files(batch)
+    ]
+    assert log.latest() == 11
+
+
+def test_appending_the_same_files_again_writes_nothing(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    log.append(_files(0))
+    assert log.append(_files(0)) == 0  # a commit finished again after a crash
+    assert log.append(list(reversed(_files(0)))) == 0
+    assert log.append([]) is None  # a batch without files adds no log batch
+    assert log.latest() == 0
+    for batch in range(1, 10):
+        log.append(_files(batch))
+    assert log.append(_files(9)) == 9  # also when the newest batch is a compact one
+
+
+def test_file_uris_are_what_spark_resolves(tmp_path: Path) -> None:
+    local = fsspec.filesystem("file")
+    assert file_uri(local, "/data/out/a.parquet") == "file:///data/out/a.parquet"
+    memory = fsspec.filesystem("memory")
+    assert file_uri(memory, "bucket/a.parquet") == "memory://bucket/a.parquet"
