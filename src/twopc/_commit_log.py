@@ -27,10 +27,17 @@ from typing import Any
 
 from twopc._liveness import HEARTBEAT_NAME, Heartbeat
 from twopc._paths import CommitPath
-from twopc.errors import UnsupportedFormatError
+from twopc.errors import ConfigurationError, UnsupportedFormatError
 from twopc.progress import SourceOffsets
 from twopc.protocol import Committable, Footprint
-from twopc.storage import TEMP_PREFIX, atomic_write, filesystem_for, is_local, join
+from twopc.storage import (
+    TEMP_PREFIX,
+    atomic_write,
+    create_exclusive,
+    filesystem_for,
+    is_local,
+    join,
+)
 
 __all__ = ["BatchRun", "BatchState", "CommitLog", "DecidedProgress", "Decision"]
 
@@ -216,10 +223,20 @@ class CommitLog:
         if not decision.decided_at:
             decision = replace(decision, decided_at=time.time())
         self._fs.makedirs(join(self._root, decision.query_id), exist_ok=True)
-        atomic_write(
-            self._fs,
-            self._path(decision.query_id, decision.batch_id, _DECISION_SUFFIX),
-            decision.to_bytes(),
+        path = self._path(decision.query_id, decision.batch_id, _DECISION_SUFFIX)
+        if create_exclusive(self._fs, path, decision.to_bytes()):
+            return
+        # never overwritten: a decision is there already
+        existing = self.decision(decision.query_id, decision.batch_id)
+        if existing is not None and _attempts(existing) == _attempts(decision):
+            return  # the same decision (a write that reported a failure but landed)
+        raise ConfigurationError(
+            f"batch {decision.batch_id} of query {decision.query_id} was decided by another "
+            "writer, with other task attempts: two queries (or two runs of one) write this "
+            "sink id with the same checkpoint. Stop the other one; this run's work is left "
+            "undecided and the next recovery aborts it",
+            sink_id=decision.sink_id,
+            batch_id=decision.batch_id,
         )
 
     def record_run(
@@ -428,3 +445,7 @@ def _same_record(a: BatchRun, b: BatchRun) -> bool:
 
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _attempts(decision: Decision) -> set[tuple[int, int]]:
+    return {(c.partition, c.attempt) for c in decision.committables}

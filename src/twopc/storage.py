@@ -19,7 +19,14 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["atomic_write", "filesystem_for", "fsync_directory", "is_local", "join"]
+__all__ = [
+    "atomic_write",
+    "create_exclusive",
+    "filesystem_for",
+    "fsync_directory",
+    "is_local",
+    "join",
+]
 
 
 def filesystem_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
@@ -51,6 +58,51 @@ def atomic_write(fs: Any, path: str, data: bytes) -> None:
         _atomic_write_local(path, data)
     else:
         fs.pipe_file(path, data)
+
+
+def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` unless something is there already; ``False`` then. Two
+    writers never overwrite each other on local disks (a hard link, which fails on an
+    existing name) and on S3 (a conditional ``PUT`` with ``If-None-Match: *``, through
+    s3fs). Elsewhere it checks first, which narrows the race without closing it."""
+    if is_local(fs):
+        return _create_exclusive_local(path, data)
+    if type(fs).__module__.startswith("s3fs"):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except OSError as exc:
+            if "precondition" in str(exc).lower() or isinstance(exc, FileExistsError):
+                return False
+            raise
+        return True
+    if fs.exists(path):
+        return False
+    fs.pipe_file(path, data)
+    return True
+
+
+def _create_exclusive_local(path: str, data: bytes) -> bool:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (some network and FUSE filesystems)
+            if os.path.exists(path):
+                return False
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fsync_directory(directory)
+    return True
 
 
 def _atomic_write_local(path: str, data: bytes) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from twopc.storage import atomic_write, is_local, join
+from twopc.storage import create_exclusive, is_local, join
 
 __all__ = ["BATCH_LOG_DIR", "COMPACT_INTERVAL", "LoggedFile", "SparkBatchLog"]
 
@@ -30,6 +30,7 @@ COMPACT_INTERVAL = 10
 the interval of an existing log from its compact files."""
 _VERSION = "v1"
 _BLOCK_SIZE = 32 * 1024 * 1024
+_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -94,20 +95,26 @@ class SparkBatchLog:
         writes nothing and returns that batch's id. An empty list adds nothing."""
         if not files:
             return None
-        latest = self.latest()
-        if latest is not None:
-            listed = {entry["path"] for entry in self.read(latest)}
-            if all(f.uri in listed for f in files):
-                return latest
-        batch = 0 if latest is None else latest + 1
-        now = int(time.time() * 1000)
-        entries = [f.entry(now) for f in files]
-        if (batch + 1) % COMPACT_INTERVAL == 0:
-            entries = self._since_compact(batch - 1) + entries if batch > 0 else entries
-        body = "\n".join([_VERSION, *(json.dumps(e, separators=(",", ":")) for e in entries)])
-        self.fs.makedirs(self.directory, exist_ok=True)
-        atomic_write(self.fs, self._path(batch), body.encode())
-        return batch
+        for _ in range(_ATTEMPTS):
+            latest = self.latest()
+            if latest is not None:
+                listed = {entry["path"] for entry in self.read(latest)}
+                if all(f.uri in listed for f in files):
+                    return latest
+            batch = 0 if latest is None else latest + 1
+            now = int(time.time() * 1000)
+            entries = [f.entry(now) for f in files]
+            if (batch + 1) % COMPACT_INTERVAL == 0 and batch > 0:
+                entries = self._since_compact(batch - 1) + entries
+            lines = [_VERSION, *(json.dumps(e, separators=(",", ":")) for e in entries)]
+            self.fs.makedirs(self.directory, exist_ok=True)
+            if create_exclusive(self.fs, self._path(batch), "\n".join(lines).encode()):
+                return batch
+            # another writer took this log batch id (or a listing lagged): look again
+        raise OSError(
+            f"{self.directory}: another writer keeps adding log batches; the batch log "
+            "allows one writer per output path"
+        )
 
 
 def file_uri(fs: Any, path: str) -> str:

@@ -224,3 +224,16 @@ def test_a_decided_upload_that_is_gone_fails_the_commit_loudly(
     text = str(failed.value)
     assert "multipart upload" in text and key.rsplit("/", 1)[-1] in text, text
     assert _visible(s3_store, prefix) == []
+
+
+def test_a_decision_on_s3_is_never_overwritten_by_a_second_writer(s3_store: S3Store) -> None:
+    """The commit log on the S3 API writes decisions with a conditional PUT
+    (``If-None-Match: *``): a second writer's other decision for the batch is refused."""
+    from tests.unit.test_commit_log import decision
+
+    log = CommitLog(s3_store.url(f"log-{uuid.uuid4().hex[:8]}"), s3_store.storage_options())
+    log.record_decision(decision("q-1", 0, partitions=1))
+    with pytest.raises(twopc.ConfigurationError, match="decided by another writer"):
+        log.record_decision(decision("q-1", 0, partitions=2))
+    read = log.decision("q-1", 0)
+    assert read is not None and len(read.committables) == 1

@@ -119,13 +119,19 @@ def test_decided_batches_are_in_numeric_order(log_url: str) -> None:
     assert log.decided_batches("q-missing") == []
 
 
-def test_recording_a_decision_again_replaces_it(log_url: str) -> None:
+def test_a_decided_batch_is_never_decided_again_differently(log_url: str) -> None:
+    """Decisions are created exclusively: the same decision again is accepted (a write
+    that reported a failure but landed), another one (a second writer) is refused and the
+    first stays."""
     log = CommitLog(log_url)
     log.record_decision(decision("q-1", 1, partitions=1))
-    log.record_decision(decision("q-1", 1, partitions=3))
+    log.record_decision(decision("q-1", 1, partitions=1))
+    with pytest.raises(twopc.ConfigurationError, match="decided by another writer") as refused:
+        log.record_decision(decision("q-1", 1, partitions=3))
+    assert "batch 1" in str(refused.value)
     read = log.decision("q-1", 1)
     assert read is not None
-    assert len(read.committables) == 3
+    assert len(read.committables) == 1
     assert log.decided_batches("q-1") == [1]
 
 
@@ -161,23 +167,25 @@ def test_decisions_leave_no_temporary_files(log_url: str) -> None:
     assert not [n for n in names if ".tmp-" in n or n.rsplit("/", 1)[-1].startswith(".")]
 
 
-def test_a_failed_write_leaves_the_previous_decision_intact(
+def test_a_failed_write_leaves_no_decision_and_the_others_intact(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = CommitLog(str(tmp_path / "log"))
     log.record_decision(decision("q-1", 0, partitions=1))
 
-    def broken_replace(src: str, dst: str) -> None:
+    def disk_full(*_: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(os, "replace", broken_replace)
+    monkeypatch.setattr(os, "link", disk_full)
+    monkeypatch.setattr(os, "replace", disk_full)
     with pytest.raises(OSError, match="disk full"):
-        log.record_decision(decision("q-1", 0, partitions=5))
+        log.record_decision(decision("q-1", 1, partitions=5))
     monkeypatch.undo()
 
     read = log.decision("q-1", 0)
     assert read is not None
     assert len(read.committables) == 1
+    assert log.decision("q-1", 1) is None
     assert listing(str(tmp_path / "log")) == [f"q-1/{0:020d}.decision.json"]
 
 
