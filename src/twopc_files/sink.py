@@ -479,6 +479,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     # -- recovery -----------------------------------------------------------------------
 
     def recover(self, sink_id: str) -> list[Committable]:
+        self._fresh_listings()
         pattern = self._abs(f"{STAGING_DIR}/{sink_id}/*/*/*/{COMMITTABLE_FILE}")
         found = (self._read_committable(path) for path in sorted(self.fs.glob(pattern)))
         return [c for c in found if c is not None]
@@ -546,6 +547,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         kept = {
             attempt_dir(c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt) for c in keep
         }
+        self._fresh_listings()
         base = self._abs(f"{STAGING_DIR}/{sink_id}")
         if not self.fs.exists(base):
             return 0
@@ -578,6 +580,13 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         return aborted
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _fresh_listings(self) -> None:
+        """Forget cached directory listings: tasks in other processes wrote since (s3fs
+        and other remote filesystems cache what they listed)."""
+        if not is_local(self.fs):
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache()
 
     def _remove(self, relative: str) -> None:
         path = self._abs(relative)
