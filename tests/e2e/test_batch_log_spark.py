@@ -1,7 +1,8 @@
 """The files sink's batch log (``batch_log=True``) read by Spark itself: with the driver
 SIGKILLed between two partitions' commits, the batch is half promoted; a pyarrow reader
-sees those files, Spark's reader, which honours ``_spark_metadata``, sees none of them. After
-the restart Spark reads every row once."""
+sees those files, Spark's batch and streaming file sources, which honour
+``_spark_metadata``, see none of them. After the restart Spark reads every row once, and the
+streaming reader continues with exactly the rest."""
 
 from __future__ import annotations
 
@@ -21,6 +22,27 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def _spark_ids(spark: Any, path: Path) -> list[int]:
     return sorted(r["id"] for r in spark.read.parquet(str(path)).select("id").collect())
+
+
+def _stream_ids(spark: Any, path: Path, checkpoint: Path) -> list[int]:
+    """What a streaming file source over the output reads now (``availableNow``), as one
+    query continuing from ``checkpoint``."""
+    seen: list[int] = []
+
+    def collect(frame: Any, _: int) -> None:
+        seen.extend(r["id"] for r in frame.select("id").collect())
+
+    query = (
+        spark.readStream.schema("id long, payload string")
+        .parquet(str(path))
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(collect)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    return sorted(seen)
 
 
 def _ids_of_batch(out: Path, batch: int) -> set[int]:
@@ -45,9 +67,12 @@ def test_spark_reads_whole_batches_only(spark: Any, tmp_path: Path) -> None:
     assert set(read_ids(str(out))) - first, "the crash did not land between two commits"
     # ...but Spark's reader follows the batch log, which has only batch 0
     assert _spark_ids(spark, out) == sorted(first)
+    assert _stream_ids(spark, out, tmp_path / "reader") == sorted(first)
     assert sorted(p.name for p in (out / "_spark_metadata").iterdir()) == ["0"]
 
     rerun = run(command(entry, spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert _spark_ids(spark, out) == sorted(everything)
+    # the streaming reader goes on with exactly the batch it had not seen
+    assert _stream_ids(spark, out, tmp_path / "reader") == sorted(everything - first)
     assert sorted(p.name for p in (out / "_spark_metadata").iterdir()) == ["0", "1"]
