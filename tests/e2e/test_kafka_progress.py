@@ -211,6 +211,7 @@ def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
+@pytest.mark.extended  # ~50 s; CI runs the same publish path through Kafka -> Postgres
 def test_a_format_query_publishes_its_progress_after_each_commit(
     kafka_bootstrap: str,  # noqa: F811
     postgres_dsn: str,  # noqa: F811

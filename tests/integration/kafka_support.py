@@ -186,6 +186,8 @@ def _is_retriable(exc: KafkaException) -> bool:
     if not isinstance(error, KafkaError):
         return False
     transient = {
+        KafkaError._UNKNOWN_PARTITION,  # metadata not refreshed yet after the broker resumed
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.REQUEST_TIMED_OUT,
