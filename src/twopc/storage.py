@@ -55,7 +55,7 @@ TEMP_PREFIX = ".tmp-"
 def atomic_write(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see all of it or nothing."""
     if is_local(fs):
-        _atomic_write_local(path, data)
+        _write_local(path, data, exclusive=False)
     else:
         fs.pipe_file(path, data)
 
@@ -66,7 +66,7 @@ def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
     existing name) and on S3 (a conditional ``PUT`` with ``If-None-Match: *``, through
     s3fs). Elsewhere it checks first, which narrows the race without closing it."""
     if is_local(fs):
-        return _create_exclusive_local(path, data)
+        return _write_local(path, data, exclusive=True)
     if type(fs).__module__.startswith("s3fs"):
         try:
             fs.pipe_file(path, data, mode="create")
@@ -81,7 +81,10 @@ def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
     return True
 
 
-def _create_exclusive_local(path: str, data: bytes) -> bool:
+def _write_local(path: str, data: bytes, *, exclusive: bool) -> bool:
+    """Write a hidden temporary file next to ``path``, fsync it, then give it the name:
+    by rename (replacing what is there), or, ``exclusive``, by a hard link, which fails on
+    an existing name (``False`` then)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}")
@@ -90,35 +93,22 @@ def _create_exclusive_local(path: str, data: bytes) -> bool:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # no hard links here (some network and FUSE filesystems)
-            if os.path.exists(path):
-                return False
+        if not exclusive:
             os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            except OSError:  # no hard links here (some network and FUSE filesystems)
+                if os.path.exists(path):
+                    return False
+                os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     fsync_directory(directory)
     return True
-
-
-def _atomic_write_local(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    fsync_directory(directory)
 
 
 def fsync_directory(directory: str) -> None:

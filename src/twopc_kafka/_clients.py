@@ -70,3 +70,12 @@ class KafkaClients:
 
     def consumer(self, group_id: str, **settings: Any) -> Any:
         return Consumer({**self.admin_only(), "group.id": group_id, **settings})
+
+    def group_metadata(self, group_id: str) -> Any:
+        """What ``send_offsets_to_transaction`` needs to commit offsets for ``group_id``
+        (a consumer that never joins the group: generation -1)."""
+        consumer = self.consumer(group_id)
+        try:
+            return consumer.consumer_group_metadata()
+        finally:
+            consumer.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -130,15 +130,7 @@ class ConsumerGroup(ProgressReporter):
         ]
         request = ConsumerGroupTopicPartitions(self.group_id, positions)
         try:
-            result = self._answer(
-                lambda: (
-                    self._admin_client()
-                    .alter_consumer_group_offsets([request], request_timeout=self.timeout)[
-                        self.group_id
-                    ]
-                    .result(self.timeout)
-                )
-            )
+            result = self._ask("alter_consumer_group_offsets", request)
         except (KafkaException, FutureTimeout) as exc:
             raise TransientSinkError(
                 f"setting the offsets of consumer group {self.group_id!r} failed: {exc}"
@@ -187,13 +179,17 @@ class ConsumerGroup(ProgressReporter):
             self._admin = self._clients.admin()
         return self._admin
 
-    def _answer(self, request: Callable[[], Any]) -> Any:
-        """``request()``'s result; a group coordinator that is moving or still loading
-        (right after a broker start) is asked again until the timeout."""
+    def _ask(self, method: str, request: Any) -> Any:
+        """The answer about this group of the admin client's ``method`` called with
+        ``[request]``; a group coordinator that is moving or still loading (right after a
+        broker start) is asked again until the timeout."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                return request()
+                futures = getattr(self._admin_client(), method)(
+                    [request], request_timeout=self.timeout
+                )
+                return futures[self.group_id].result(self.timeout)
             except (KafkaException, FutureTimeout) as exc:
                 error = exc.args[0] if exc.args else None
                 moving = isinstance(error, KafkaError) and error.code() in _COORDINATOR_MOVING
@@ -203,15 +199,7 @@ class ConsumerGroup(ProgressReporter):
 
     def _members(self) -> list[str]:
         try:
-            group = self._answer(
-                lambda: (
-                    self._admin_client()
-                    .describe_consumer_groups([self.group_id], request_timeout=self.timeout)[
-                        self.group_id
-                    ]
-                    .result(self.timeout)
-                )
-            )
+            group = self._ask("describe_consumer_groups", self.group_id)
         except (KafkaException, FutureTimeout) as exc:
             if _not_found(exc):
                 return []
@@ -226,15 +214,7 @@ class ConsumerGroup(ProgressReporter):
     ) -> list[KafkaTopicPartition]:
         request = ConsumerGroupTopicPartitions(self.group_id, partitions)
         try:
-            result = self._answer(
-                lambda: (
-                    self._admin_client()
-                    .list_consumer_group_offsets([request], request_timeout=self.timeout)[
-                        self.group_id
-                    ]
-                    .result(self.timeout)
-                )
-            )
+            result = self._ask("list_consumer_group_offsets", request)
         except (KafkaException, FutureTimeout) as exc:
             if _not_found(exc):
                 return []

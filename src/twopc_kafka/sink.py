@@ -413,11 +413,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
                 except KafkaException as exc:
                     raise error(exc, "producing the marker log record failed") from exc
             self._flush(txn)
-            consumer = self.clients.consumer(group)
-            try:
-                metadata = consumer.consumer_group_metadata()
-            finally:
-                consumer.close()
+            metadata = self.clients.group_metadata(group)
             marker = self.markers.offset(ctx.batch_id, ctx.query_id)
             try:
                 txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
@@ -433,11 +429,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             TopicPartition(topic, partition, offset, metadata=progress.metadata)
             for topic, partition, offset in progress.offsets.positions()
         ]
-        consumer = self.clients.consumer(progress.group_id)
-        try:
-            metadata = consumer.consumer_group_metadata()
-        finally:
-            consumer.close()
+        metadata = self.clients.group_metadata(progress.group_id)
         try:
             txn.producer.send_offsets_to_transaction(positions, metadata, self.timeout)
         except KafkaException as exc:

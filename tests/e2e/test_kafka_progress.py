@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,10 @@ from psycopg import sql
 
 from tests.e2e.test_kafka_spark import (
     CRASH_BATCH,
-    MAX_OFFSETS,
     access_lines,
-    committed_windows,
-    expected_counts,
+    assert_each_window_once,
+    kafka_windows,
+    pipeline_args,
     produce_input,
 )
 from tests.helpers import run_process
@@ -81,25 +82,31 @@ def _newest_batch(checkpoint: Path) -> int:
 
 
 def _args(bootstrap: str, source: str, tmp_path: Path, group: str, *extra: str) -> list[str]:
-    return [
-        "-m",
-        "tests.e2e.kafka_pipeline",
-        "--bootstrap",
-        bootstrap,
-        "--input",
-        source,
-        "--checkpoint",
-        str(tmp_path / "checkpoint"),
-        "--sink-id",
-        "access-counts",
-        "--prefix",
-        unique("progress"),
-        "--max-offsets-per-trigger",
-        str(MAX_OFFSETS),
-        "--progress-group",
-        group,
-        *extra,
-    ]
+    return pipeline_args(bootstrap, source, tmp_path, "--progress-group", group, *extra)
+
+
+@dataclass(frozen=True)
+class WindowsTable:
+    """A Postgres table for the window rows (the sink creates it)."""
+
+    dsn: str
+    name: str
+
+    def windows(self) -> list[tuple[str, str, int]]:
+        query = sql.SQL('SELECT window_start, ip, "count" FROM {}').format(
+            sql.Identifier(self.name)
+        )
+        with psycopg.connect(self.dsn) as conn:
+            return [(str(w), str(ip), int(n)) for w, ip, n in conn.execute(query).fetchall()]
+
+
+@pytest.fixture
+def table(postgres_dsn: str) -> Iterator[WindowsTable]:  # noqa: F811
+    """A fresh name for the windows table, dropped afterwards."""
+    created = WindowsTable(postgres_dsn, f"access_counts_{unique('t').replace('-', '_')}")
+    yield created
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(created.name)))
 
 
 def _assert_at_the_end(bootstrap: str, source: str, group: str, checkpoint: Path) -> None:
@@ -153,11 +160,7 @@ def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
 
     second = run_process(args, timeout=240)
     assert second.returncode == 0, second.stderr[-4000:]
-    records = committed_windows(kafka_bootstrap, output)
-    seen = Counter((str(r["window_start"]), str(r["ip"])) for r in records)
-    assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
-    counts = {(str(r["window_start"]), str(r["ip"])): r["count"] for r in records}
-    assert counts == dict(expected_counts(lines))
+    assert_each_window_once(kafka_windows(kafka_bootstrap, output), lines)
     _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
     # the metrics callback carried the offsets and the lag of every committed batch
     last = [e for e in second.of("batch") if e["status"] == "committed"][-1]
@@ -176,7 +179,7 @@ def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
 )
 def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
     kafka_bootstrap: str,  # noqa: F811
-    postgres_dsn: str,  # noqa: F811
+    table: WindowsTable,
     tmp_path: Path,
     point: str,
     drift: str,
@@ -185,36 +188,26 @@ def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
     source = create_topic(kafka_bootstrap, unique("access-log"))
     produce_input(kafka_bootstrap, source, lines)
     group = unique("access-progress")
-    table = f"access_counts_{unique('t').replace('-', '_')}"
     args = _args(
-        kafka_bootstrap, source, tmp_path, group, "--postgres-dsn", postgres_dsn, "--table", table
+        kafka_bootstrap, source, tmp_path, group, "--postgres-dsn", table.dsn, "--table", table.name
     )
     checkpoint = tmp_path / "checkpoint"
-    try:
-        first = run_process(args, faults=f"{point}:kill@batch={CRASH_BATCH}", timeout=240)
-        assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
-        # never ahead of the rows: the group moves only after a batch's commit
-        assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, CRASH_BATCH - 1)
-        _drift(kafka_bootstrap, group, source, drift)
+    first = run_process(args, faults=f"{point}:kill@batch={CRASH_BATCH}", timeout=240)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+    # never ahead of the rows: the group moves only after a batch's commit
+    assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, CRASH_BATCH - 1)
+    _drift(kafka_bootstrap, group, source, drift)
 
-        second = run_process(args, timeout=240)
-        assert second.returncode == 0, second.stderr[-4000:]
-        query = sql.SQL('SELECT window_start, ip, "count" FROM {}').format(sql.Identifier(table))
-        with psycopg.connect(postgres_dsn) as conn:
-            rows = conn.execute(query).fetchall()
-        seen = Counter((str(w), str(ip)) for w, ip, _ in rows)
-        assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
-        assert {(str(w), str(ip)): int(n) for w, ip, n in rows} == dict(expected_counts(lines))
-        _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    second = run_process(args, timeout=240)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert_each_window_once(table.windows(), lines)
+    _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
 
 
 @pytest.mark.extended  # ~50 s; CI runs the same publish path through Kafka -> Postgres
 def test_a_format_query_publishes_its_progress_after_each_commit(
     kafka_bootstrap: str,  # noqa: F811
-    postgres_dsn: str,  # noqa: F811
+    table: WindowsTable,
     tmp_path: Path,
 ) -> None:
     """``writeStream.format("twopc")`` with the group as options: the commit's process dies
@@ -224,58 +217,48 @@ def test_a_format_query_publishes_its_progress_after_each_commit(
     source = create_topic(kafka_bootstrap, unique("access-log"))
     produce_input(kafka_bootstrap, source, lines)
     group = unique("format-progress")
-    table = f"access_counts_{unique('f').replace('-', '_')}"
     args = _args(
         kafka_bootstrap,
         source,
         tmp_path,
         group,
         "--postgres-dsn",
-        postgres_dsn,
+        table.dsn,
         "--table",
-        table,
+        table.name,
         "--entry",
         "format",
     )
     checkpoint = tmp_path / "checkpoint"
-    try:
-        first = run_process(args, faults=f"after_decision:exit@batch={CRASH_BATCH}", timeout=240)
-        assert first.returncode != 0, first.stderr[-4000:]
-        # Spark may finish the decided batch before the query stops (it plans the writer
-        # again to abort): either way the group shows the last batch the commit log calls
-        # committed, never one whose rows are not committed
-        status = status_json(
-            [
-                "postgres",
-                "--sink-id",
-                "access-counts",
-                "--checkpoint",
-                str(checkpoint),
-                "--option",
-                f"dsn={postgres_dsn}",
-                "--option",
-                f"table={table}",
-                "--option",
-                "transaction_mode=two_phase",
-                "--no-group",
-            ],
-            dict(os.environ),
-        )
-        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
-        (shown,) = [q for q in status["queries"] if q["query_id"] == query_id]
-        last = shown["log_last_committed"]
-        assert last in (CRASH_BATCH - 1, CRASH_BATCH), shown
-        assert shown["source_offsets"]["batch_id"] == last
-        assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, last)
-        second = run_process(args, timeout=240)
-        assert second.returncode == 0, second.stderr[-4000:]
-        query = sql.SQL('SELECT window_start, ip, "count" FROM {}').format(sql.Identifier(table))
-        with psycopg.connect(postgres_dsn) as conn:
-            rows = conn.execute(query).fetchall()
-        seen = Counter((str(w), str(ip)) for w, ip, _ in rows)
-        assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
-        assert {(str(w), str(ip)): int(n) for w, ip, n in rows} == dict(expected_counts(lines))
-        _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    first = run_process(args, faults=f"after_decision:exit@batch={CRASH_BATCH}", timeout=240)
+    assert first.returncode != 0, first.stderr[-4000:]
+    # Spark may finish the decided batch before the query stops (it plans the writer
+    # again to abort): either way the group shows the last batch the commit log calls
+    # committed, never one whose rows are not committed
+    status = status_json(
+        [
+            "postgres",
+            "--sink-id",
+            "access-counts",
+            "--checkpoint",
+            str(checkpoint),
+            "--option",
+            f"dsn={table.dsn}",
+            "--option",
+            f"table={table.name}",
+            "--option",
+            "transaction_mode=two_phase",
+            "--no-group",
+        ],
+        dict(os.environ),
+    )
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    (shown,) = [q for q in status["queries"] if q["query_id"] == query_id]
+    last = shown["log_last_committed"]
+    assert last in (CRASH_BATCH - 1, CRASH_BATCH), shown
+    assert shown["source_offsets"]["batch_id"] == last
+    assert group_offsets(kafka_bootstrap, group) == _logged_offsets(checkpoint, last)
+    second = run_process(args, timeout=240)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert_each_window_once(table.windows(), lines)
+    _assert_at_the_end(kafka_bootstrap, source, group, checkpoint)

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import signal
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,28 @@ def committed_windows(bootstrap: str, topic: str) -> list[dict[str, object]]:
     return out
 
 
-def _pipeline(bootstrap: str, source: str, output: str, tmp_path: Path, mode: str) -> list[str]:
+def assert_each_window_once(
+    windows: Iterable[tuple[str, str, int]], lines: list[tuple[dt.datetime, str]]
+) -> None:
+    """``(window_start, ip, count)`` as a reader of the output sees them: every window of
+    ``lines`` exactly once, with its count."""
+    windows = [(str(start), str(ip), int(count)) for start, ip, count in windows]
+    seen = Counter((start, ip) for start, ip, _ in windows)
+    duplicates = {k: n for k, n in seen.items() if n > 1}
+    assert not duplicates, f"windows written more than once: {sorted(duplicates)[:10]}"
+    assert {(start, ip): count for start, ip, count in windows} == dict(expected_counts(lines))
+
+
+def kafka_windows(bootstrap: str, topic: str) -> list[tuple[str, str, int]]:
+    """The output topic's windows as a ``read_committed`` consumer sees them."""
+    return [
+        (str(r["window_start"]), str(r["ip"]), int(str(r["count"])))
+        for r in committed_windows(bootstrap, topic)
+    ]
+
+
+def pipeline_args(bootstrap: str, source: str, tmp_path: Path, *extra: str) -> list[str]:
+    """``tests.e2e.kafka_pipeline`` reading ``source``, checkpoint under ``tmp_path``."""
     return [
         "-m",
         "tests.e2e.kafka_pipeline",
@@ -103,19 +125,20 @@ def _pipeline(bootstrap: str, source: str, output: str, tmp_path: Path, mode: st
         bootstrap,
         "--input",
         source,
-        "--output",
-        output,
         "--checkpoint",
         str(tmp_path / "checkpoint"),
-        "--mode",
-        mode,
         "--sink-id",
         "access-counts",
         "--prefix",
         unique("access"),
         "--max-offsets-per-trigger",
         str(MAX_OFFSETS),
+        *extra,
     ]
+
+
+def _pipeline(bootstrap: str, source: str, output: str, tmp_path: Path, mode: str) -> list[str]:
+    return pipeline_args(bootstrap, source, tmp_path, "--output", output, "--mode", mode)
 
 
 def _committed_batches(run: RunResult) -> dict[int, int]:
@@ -146,7 +169,6 @@ def test_driver_killed_mid_stream_then_restarted_counts_each_window_once(
     crash_point: str,
 ) -> None:
     lines = access_lines()
-    expected = expected_counts(lines)
     source = create_topic(kafka_bootstrap, unique("access-log"))
     output = create_topic(kafka_bootstrap, unique("access-counts"), partitions=2)
     produce_input(kafka_bootstrap, source, lines)
@@ -170,17 +192,13 @@ def test_driver_killed_mid_stream_then_restarted_counts_each_window_once(
     assert replay["status"] == ("skipped" if crash_point == "after_decision" else "committed")
 
     records = committed_windows(kafka_bootstrap, output)
-    seen = Counter((str(r["window_start"]), str(r["ip"])) for r in records)
-    duplicates = {k: n for k, n in seen.items() if n > 1}
-    assert not duplicates, f"windows written more than once: {sorted(duplicates)[:10]}"
-    counts = {(str(r["window_start"]), str(r["ip"])): r["count"] for r in records}
-    assert counts == dict(expected)
+    assert_each_window_once(kafka_windows(kafka_bootstrap, output), lines)
     for record in records:
         start = dt.datetime.fromisoformat(str(record["window_start"]))
         assert dt.datetime.fromisoformat(str(record["window_end"])) - start == dt.timedelta(
             seconds=5
         )
-    assert not {ABORTED_IP, FLUSH_IP} & {ip for _, ip in seen}
+    assert not {ABORTED_IP, FLUSH_IP} & {str(r["ip"]) for r in records}
 
 
 def test_python_worker_killed_after_its_commit_then_restarted_counts_each_window_once(
@@ -191,7 +209,6 @@ def test_python_worker_killed_after_its_commit_then_restarted_counts_each_window
     (local[2], no task retry) fails the query; the restart re-runs the batch, the marker
     of that partition makes its task write nothing, the other partitions write theirs."""
     lines = access_lines()
-    expected = expected_counts(lines)
     source = create_topic(kafka_bootstrap, unique("access-log"))
     output = create_topic(kafka_bootstrap, unique("access-counts"), partitions=2)
     produce_input(kafka_bootstrap, source, lines)
@@ -204,7 +221,4 @@ def test_python_worker_killed_after_its_commit_then_restarted_counts_each_window
     second = run_process(args, timeout=240)
     assert second.returncode == 0, second.stderr[-4000:]
 
-    records = committed_windows(kafka_bootstrap, output)
-    seen = Counter((str(r["window_start"]), str(r["ip"])) for r in records)
-    assert not {k: n for k, n in seen.items() if n > 1}, "windows written more than once"
-    assert {(str(r["window_start"]), str(r["ip"])): r["count"] for r in records} == dict(expected)
+    assert_each_window_once(kafka_windows(kafka_bootstrap, output), lines)

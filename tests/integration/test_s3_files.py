@@ -122,6 +122,18 @@ def _sink(store: S3Store, prefix: str, **options: Any) -> twopc.Sink[Any]:
     )
 
 
+def _decide_without_completing(store: S3Store, prefix: str, log: str, engine: LocalEngine) -> None:
+    """Batch 0 decided, then the driver stops before its commit: its uploads stay open."""
+    stopped = Coordinator(
+        _sink(store, prefix),
+        "orders",
+        CommitLog(log),
+        faults=FaultPlan.parse("after_decision:raise@batch=0"),
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stopped.run_batch(QUERY, 0, engine)
+
+
 def test_uploads_stay_invisible_until_the_decided_batch_is_completed(
     s3_store: S3Store, tmp_path: Path
 ) -> None:
@@ -135,14 +147,7 @@ def test_uploads_stay_invisible_until_the_decided_batch_is_completed(
     engine = LocalEngine(
         [big, pa.table({"id": pa.array([-1, -2]), "noise": [0.5, 0.5]})], processes=False
     )
-    stopped = Coordinator(
-        _sink(s3_store, prefix),
-        "orders",
-        CommitLog(log),
-        faults=FaultPlan.parse("after_decision:raise@batch=0"),
-    )
-    with pytest.raises(twopc.TwoPCError):
-        stopped.run_batch(QUERY, 0, engine)
+    _decide_without_completing(s3_store, prefix, log, engine)
     assert _visible(s3_store, prefix) == []
     assert [o for o in _all_objects(s3_store, prefix) if "/_twopc_staging/" not in o] == []
     uploads = _open_uploads(s3_store, prefix)
@@ -202,14 +207,7 @@ def test_a_decided_upload_that_is_gone_fails_the_commit_loudly(
     prefix = f"mpg-{uuid.uuid4().hex[:8]}"
     log = str(tmp_path / "log")
     engine = LocalEngine([pa.table({"id": pa.array(range(5))})], processes=False)
-    stopped = Coordinator(
-        _sink(s3_store, prefix),
-        "orders",
-        CommitLog(log),
-        faults=FaultPlan.parse("after_decision:raise@batch=0"),
-    )
-    with pytest.raises(twopc.TwoPCError):
-        stopped.run_batch(QUERY, 0, engine)
+    _decide_without_completing(s3_store, prefix, log, engine)
     s3 = s3fs.S3FileSystem(**s3_store.storage_options())
     (key,) = _open_uploads(s3_store, prefix)
     answer = s3.call_s3("list_multipart_uploads", Bucket=s3_store.bucket, Prefix=f"{prefix}/")
