@@ -314,7 +314,7 @@ class Coordinator:
         )
         state = self.commit_log.batch_state(query_id, batch_id)
         if query_id not in self._markers_checked:
-            self._guard.markers_not_ahead(query_id, batch_id, state.newest_decided)
+            self._guard.markers_not_ahead(query_id, batch_id, state)
             self._markers_checked.add(query_id)
         self.check_progress()
         if state.decision is not None:
@@ -343,6 +343,7 @@ class Coordinator:
             self.faults,
             self.retry,
             self._publisher.for_task(source_offsets, query_id, batch_id),
+            concurrent_attempts=bool(getattr(engine, "concurrent_attempts", lambda: False)()),
         )
         try:
             reports = engine.run_phase1(task)

@@ -174,6 +174,8 @@ class _Setup:
             batch_id,
             CommitPath.of(self.sink),
             faults=self.faults,
+            # the writer cannot see Spark's settings: assume speculative copies may run
+            concurrent_attempts=True,
         )
         report = task.run(
             context.partitionId() if context else 0,

@@ -44,6 +44,8 @@ class Phase1Task:
     faults: FaultPlan | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     progress: ProgressInTask | None = None
+    concurrent_attempts: bool = False
+    """Passed to the sink as :attr:`TaskContext.concurrent_attempts`."""
 
     def run(
         self,
@@ -66,6 +68,7 @@ class Phase1Task:
                 attempt if attempt_id is None else attempt_id,
                 self.run_id,
                 self.progress,
+                self.concurrent_attempts,
             ),
             attempt,
             time.monotonic(),
@@ -200,8 +203,10 @@ class BatchEngine(Protocol):
     Optional, looked up with ``getattr``: ``partition_count() -> int | None`` (partitions
     phase 1 will run, known before it starts; recorded so a restart with fewer partitions
     still cleans up after this one), ``duplicate_attempts_possible() -> bool``
-    (speculative copies may run) and ``wait_for_stragglers(timeout: float) -> bool`` (wait
-    until losing attempts ended; whether they did).
+    (a losing run of a task may have prepared: known after phase 1),
+    ``concurrent_attempts() -> bool`` (copies of a task may run at the same time as it,
+    known before phase 1: speculation) and ``wait_for_stragglers(timeout: float) -> bool``
+    (wait until losing attempts ended; whether they did).
     """
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]: ...

@@ -9,12 +9,13 @@ error that says what to run, where skipping or writing again would lose or dupli
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from twopc._boundary import leaving_sink
-from twopc._commit_log import BatchRun, CommitLog
+from twopc._commit_log import BatchRun, BatchState, CommitLog
 from twopc._paths import CommitPath
 from twopc.errors import (
     CheckpointMismatchError,
@@ -64,43 +65,67 @@ class ReplayGuard:
                     raise
                 raise type(exc)(f"{_BEFORE_PHASE1}{exc.cause_message}") from exc
 
-    def markers_not_ahead(self, query_id: str, batch_id: int, newest_decided: int | None) -> None:
-        """The target's markers never show a batch newer than the one the query runs,
-        unless the checkpoint went back (an older copy put back, with the commit log inside
-        it). Then the replays' input cannot be checked against the log, so refuse."""
+    def markers_not_ahead(
+        self, query_id: str, batch_id: int, state: BatchState, *, tasks_ran: bool = False
+    ) -> None:
+        """The target's markers never show a batch the commit log does not know, unless
+        the checkpoint went back (an older copy put back, with the commit log inside it).
+        Then the replays' input cannot be checked against the log, so refuse.
+
+        Where the log holds a run or a decision of ``batch_id`` (or the batch's tasks ran
+        already, ``tasks_ran``), the markers may show ``batch_id`` itself (a crash after
+        some tasks committed) but nothing newer. Where the log knows earlier batches of the
+        query but not this one, not even ``batch_id``: so a copy one batch behind is caught,
+        whose log has never heard of the batch the restart plans anew while the target
+        shows it committed. A log that knows nothing of the query (lost, or replaced by an
+        empty one) cannot have gone back; the markers then skip what committed."""
+        newest_decided = state.newest_decided
         if newest_decided is not None and newest_decided > batch_id:
             return  # the log knows the newer batches: it checks their input itself
+        knows_batch = tasks_ran or bool(state.runs) or state.decision is not None
+        known = knows_batch or newest_decided is None
         scope = RecoveryScope(self.sink_id, query_id)
+        first_unknown = batch_id + 1 if known else batch_id
         ahead = self.committed_partitions(
-            scope, batch_id + 1, Footprint(self.naming(), 0), asked_for=batch_id
+            scope, first_unknown, Footprint(self.naming(), 0), asked_for=batch_id
         )
         if not ahead:
             return
+        shown = f"batch {batch_id} or a later one" if not known else f"a batch after {batch_id}"
         raise CheckpointMismatchError(
-            f"the target's markers show a batch after {batch_id} of query {query_id} "
-            f"committed, but the query is now running batch {batch_id}, and the commit log "
-            f"at {self.commit_log.url} does not know it: the checkpoint and the commit log "
-            "inside it were put back from an older copy. twopc cannot tell whether the "
-            "batches planned again read the same input as when they were committed, so it "
-            "refuses rather than lose or duplicate rows. Put the newer checkpoint back, or "
-            "start from a new checkpoint location; keep the commit log outside the "
-            "checkpoint (commit_log=...) if you restore checkpoints from copies (see "
-            "docs/operations.md, 'An older checkpoint restored')",
+            f"the target's markers show {shown} of query {query_id} committed "
+            f"(partition(s) {', '.join(map(str, sorted(ahead)))}), but the query is now "
+            f"running batch {batch_id}, and the commit log at {self.commit_log.url} does "
+            "not know it: the checkpoint and the commit log inside it were put back from "
+            "an older copy. twopc cannot tell whether the batches planned again read the "
+            "same input as when they were committed, so it refuses rather than lose or "
+            "duplicate rows. Put the newer checkpoint back, or start from a new checkpoint "
+            "location; keep the commit log outside the checkpoint (commit_log=...) if you "
+            "restore checkpoints from copies (see docs/operations.md, 'An older checkpoint "
+            "restored')",
             sink_id=self.sink_id,
             batch_id=batch_id,
         )
 
     def markers_kept(self, runs: Sequence[BatchRun], query_id: str, batch_id: int) -> None:
         """A replayed batch whose tasks may have committed relies on the target's markers
-        to skip those partitions. If even the previous batch's markers are gone (Kafka
-        marker groups expire after ``offsets.retention.minutes`` while a query is down),
-        nobody can tell which partitions committed: refuse rather than write them twice."""
+        to skip those partitions. If they may be gone (deleted, or expired while the query
+        was down), nobody can tell which partitions committed: refuse rather than write
+        them twice. Gone is shown by the previous batch's markers missing too; where there
+        is no previous batch committed in its tasks, by the first run being older than the
+        sink says its markers live (:meth:`~twopc.KeepsMarkers.markers_expire_after`)."""
         earlier = [r for r in runs if r.committed_in_task]
-        if not earlier or batch_id == 0:
+        if not earlier:
             return
-        previous = self.commit_log.decision(query_id, batch_id - 1)
-        if previous is None or previous.path is CommitPath.DRIVER:
-            return
+        previous = self.commit_log.decision(query_id, batch_id - 1) if batch_id else None
+        if previous is not None and previous.path is CommitPath.TASK:
+            self._previous_markers_kept(earlier, query_id, batch_id)
+        else:
+            self._markers_young_enough(earlier, query_id, batch_id)
+
+    def _previous_markers_kept(
+        self, earlier: Sequence[BatchRun], query_id: str, batch_id: int
+    ) -> None:
         scope = RecoveryScope(self.sink_id, query_id)
         footprint = replace(earlier[-1].footprint, partitions=0)
         seen = self.committed_partitions(scope, batch_id - 1, footprint, asked_for=batch_id)
@@ -110,15 +135,46 @@ class ReplayGuard:
             f"batch {batch_id} of query {query_id} crashed after some of its tasks may have "
             f"committed, and the target no longer shows markers even for batch "
             f"{batch_id - 1}, which committed: they were deleted or expired while the query "
-            "was down (Kafka marker groups expire after the broker's "
-            "offsets.retention.minutes). twopc cannot tell which partitions of batch "
-            f"{batch_id} committed, so it refuses to write them again. Check the target for "
-            f"batch {batch_id}'s rows; to write the batch again anyway (rows of partitions "
-            f"that had committed appear twice), delete "
-            f"{self.commit_log.url}/{query_id}/{batch_id:020d}.runs.json and restart (see "
-            "docs/operations.md, 'Long pauses')",
+            f"was down. {self._cannot_tell(query_id, batch_id)}",
             sink_id=self.sink_id,
             batch_id=batch_id,
+        )
+
+    def _markers_young_enough(
+        self, earlier: Sequence[BatchRun], query_id: str, batch_id: int
+    ) -> None:
+        if self.markers is None:
+            return
+        with leaving_sink(self.sink_id, batch_id, what=_BEFORE_PHASE1):
+            lifetime = self.markers.markers_expire_after()
+        started = [r.started_at for r in earlier if r.started_at]
+        if lifetime is None or not started:
+            return
+        age = time.time() - min(started)
+        if age < lifetime - min(60.0, lifetime / 10):  # a margin for the clocks' skew
+            return
+        scope = RecoveryScope(self.sink_id, query_id)
+        footprint = earlier[-1].footprint
+        seen = self.committed_partitions(scope, batch_id, footprint, asked_for=batch_id)
+        if seen is None or (footprint.partitions and seen >= set(range(footprint.partitions))):
+            return  # the sink cannot tell, or every partition's marker is still there
+        raise CommitStateUnknownError(
+            f"batch {batch_id} of query {query_id} crashed after some of its tasks may have "
+            f"committed, {_duration(age)} ago, and the target drops its markers "
+            f"{_duration(lifetime)} after they were written: the markers of the partitions "
+            f"that committed may be gone. {self._cannot_tell(query_id, batch_id)}",
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+        )
+
+    def _cannot_tell(self, query_id: str, batch_id: int) -> str:
+        return (
+            f"twopc cannot tell which partitions of batch {batch_id} committed, so it "
+            f"refuses to write them again. Check the target for batch {batch_id}'s rows; to "
+            "write the batch again anyway (rows of partitions that had committed appear "
+            f"twice), delete {self.commit_log.url}/{query_id}/{batch_id:020d}.runs.json "
+            "and restart. A sink that keeps a durable copy of its markers restores them "
+            "instead (see docs/operations.md, 'Long pauses')"
         )
 
     def same_input(
@@ -185,6 +241,16 @@ class ReplayGuard:
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def describe_run(run: BatchRun) -> str:

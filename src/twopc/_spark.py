@@ -83,6 +83,10 @@ class _SparkEngine:
             return None
         return count if count > 0 else None
 
+    def concurrent_attempts(self) -> bool:
+        """Whether Spark may run a copy of a task next to it (``spark.speculation``)."""
+        return self._speculation
+
     def duplicate_attempts_possible(self) -> bool:
         """Whether a losing run of a task may have prepared: with ``spark.speculation`` on
         (a speculative copy), or when phase 1's job re-attempted a stage (an executor was

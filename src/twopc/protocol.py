@@ -101,6 +101,12 @@ class TaskContext:
     progress: ProgressInTask | None = None
     """The batch's source offsets, for a sink whose transaction commits them
     (:class:`~twopc.progress.CommitsProgressInTask`); ``None`` otherwise."""
+    concurrent_attempts: bool = False
+    """Whether another attempt of this partition may run at the same time (Spark with
+    ``spark.speculation`` on, or an engine that cannot tell). Then an attempt that finds an
+    earlier attempt's prepared work must leave it alone, even when that attempt has ended:
+    it may have reported, and the driver may be about to commit it. When ``False``, an
+    ended attempt's prepared work is a failed attempt's, which nothing will commit."""
 
     @property
     def scope(self) -> RecoveryScope:
@@ -489,6 +495,16 @@ class KeepsMarkers(ABC):
     ) -> set[int] | None:
         """Which partitions the target's markers show as committed at ``batch_id`` or a
         later batch, by a run with ``footprint``; ``None`` when the sink cannot tell."""
+
+    def markers_expire_after(self) -> float | None:
+        """Optional: seconds after which the target may drop a marker it keeps (Kafka
+        deletes a consumer group's offsets ``offsets.retention.minutes`` after their last
+        commit); ``None`` (the default) when markers stay until the sink removes them.
+
+        The coordinator then refuses to replay a partly committed batch whose first run is
+        older than that and whose markers it cannot all find: it could no longer tell which
+        partitions committed."""
+        return None
 
 
 class CommitsInTask(KeepsMarkers, Generic[TxnT]):

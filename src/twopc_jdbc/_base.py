@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,17 +63,22 @@ from twopc import (
 from twopc_jdbc._options import ConnectionSettings, SqlOptions, TableName
 
 __all__ = [
+    "AttemptLock",
     "CommitsSqlTransactionInTask",
     "MarkerKey",
     "SqlPayload",
     "SqlSink",
     "SqlTransaction",
     "TransactionId",
+    "attempt_lock_name",
 ]
 
 _log = logging.getLogger("twopc.jdbc")
 _KEYS = "keys"
 """``SqlTransaction.extra`` entry: the key columns of an upsert task's batches."""
+_GIVE_WAY_AFTER_SECONDS = 10.0
+"""How long an attempt waits for the driver to commit an ended sibling's prepared work
+before it gives way (``TaskContext.concurrent_attempts``)."""
 SEQ_COLUMN = "twopc_seq"
 """Input order of a staged row, for last-wins de-duplication."""
 
@@ -162,6 +168,26 @@ class TransactionId:
             payload=payload.to_json(),
             version=payload.version,
         )
+
+
+@dataclass(frozen=True)
+class AttemptLock:
+    """The name of the session lock a running ``two_phase`` attempt holds: a string (MySQL
+    ``GET_LOCK``) and two non-negative 31-bit keys (PostgreSQL advisory locks), both
+    derived from the attempt's sink, query, batch, partition and attempt id."""
+
+    text: str
+    keys: tuple[int, int]
+
+
+def attempt_lock_name(of: TaskContext | Committable) -> AttemptLock:
+    identity = f"{of.sink_id}\0{of.query_id}\0{of.batch_id}\0{of.partition}\0{of.attempt}"
+    digest = hashlib.sha256(identity.encode()).digest()
+    keys = (
+        int.from_bytes(digest[:4], "big") & 0x7FFFFFFF,
+        int.from_bytes(digest[4:8], "big") & 0x7FFFFFFF,
+    )
+    return AttemptLock(f"twopc-{digest.hex()[:40]}", keys)
 
 
 @dataclass
@@ -363,6 +389,15 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     def rollback_prepared(self, xid: TransactionId) -> bool:
         """Roll back a prepared branch; False if the database does not know it."""
 
+    def hold_attempt_lock(self, conn: Any, name: AttemptLock) -> None:
+        """Take a session lock named ``name`` on ``conn`` (held until it closes), so other
+        attempts of the task can tell this one still runs. Default: none."""
+
+    def attempt_lock_held(self, conn: Any, name: AttemptLock) -> bool:
+        """Whether some session holds the lock ``name`` (the attempt it names still runs).
+        Default: ``False`` (the database cannot tell; every earlier attempt looks ended)."""
+        return False
+
     def transaction_name(self, xid: TransactionId) -> str:
         """How an operator names the prepared transaction in this database's SQL."""
         return f"gid '{xid.gid}'"
@@ -396,14 +431,18 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         xid = TransactionId.for_task(ctx) if self.two_phase else None
         try:
             self.ensure_marker_table(conn)
+            if self.two_phase:
+                # held until pre_commit closes the connection: other attempts of this task
+                # can tell this one still runs
+                self.hold_attempt_lock(conn, attempt_lock_name(ctx))
+                self._settle_earlier_attempts(conn, ctx)
             # In two_phase mode a marker here means the partition was committed under a
             # decision the commit log no longer has (the log was lost, or an operator
-            # removed a decision whose other branches were gone): write it only once.
+            # removed a decision whose other branches were gone), or the driver committed
+            # another attempt's branch while this one waited: write it only once.
             skip = self.marker_exists(
                 conn, MarkerKey(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition)
             )
-            if self.two_phase:
-                self._abort_earlier_attempts(ctx)
             self.begin(conn, None if skip else xid)
         except Exception as exc:
             _close_quietly(conn)
@@ -419,20 +458,72 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             )
         return SqlTransaction(ctx, conn, xid, skip=skip)
 
-    def _abort_earlier_attempts(self, ctx: TaskContext) -> None:
-        """A failed earlier attempt of this task may have prepared; its branch holds locks
-        this attempt would wait on. Nothing decided it, so roll it back."""
-        for xid in self.prepared_ids(ctx.sink_id):
-            committable = xid.committable(ctx.sink_id)
+    def _settle_earlier_attempts(self, conn: Any, ctx: TaskContext) -> None:
+        """Another attempt of this task may have prepared: its branch holds locks this
+        attempt would wait on. An attempt that still runs (it holds its session lock) is
+        waited for, up to ``lock_timeout_seconds``. One that ended is rolled back when it
+        cannot have won: a failed attempt, which nothing will commit. But where copies of a
+        task run side by side (``ctx.concurrent_attempts``), an ended attempt may have
+        reported and be about to be committed by the driver; it is never touched: this
+        attempt waits a little for the driver to commit it (then finds the marker and
+        writes nothing), and otherwise gives way and fails, so that Spark keeps the other
+        attempt or, if that one failed too, fails the batch, whose restart aborts what
+        nothing decided."""
+        started = time.monotonic()
+        while True:
+            siblings = self._prepared_siblings(ctx.sink_id, ctx)
+            if not siblings:
+                return
+            ended = [c for c in siblings if not self.attempt_lock_held(conn, attempt_lock_name(c))]
+            if ended and not ctx.concurrent_attempts:
+                for committable in ended:
+                    self._roll_back_failed_attempt(ctx, committable)
+                continue
+            waited = time.monotonic() - started
+            if ended and waited > min(_GIVE_WAY_AFTER_SECONDS, self.options.lock_timeout_seconds):
+                raise TransientSinkError(
+                    f"attempt(s) {', '.join(str(c.attempt) for c in ended)} of this task "
+                    "ended and left prepared work that the driver may be about to commit "
+                    "(speculative copies may run, so this attempt does not roll it back); "
+                    f"after {waited:.0f} s this attempt gives way: Spark keeps the other "
+                    "attempt, or the batch fails and its restart aborts what nothing decided"
+                )
+            if waited > self.options.lock_timeout_seconds:
+                raise TransientSinkError(
+                    f"attempt(s) {', '.join(str(c.attempt) for c in siblings)} of this "
+                    "task still run holding prepared work after "
+                    f"{self.options.lock_timeout_seconds:g} s; this attempt gives way"
+                )
+            time.sleep(0.2)
+
+    def _roll_back_failed_attempt(self, ctx: TaskContext, committable: Committable) -> None:
+        xid = TransactionId.for_committable(committable)
+        _log.warning(
+            "sink %r batch %d partition %d attempt %d: rolling back prepared branch %s of a "
+            "failed earlier attempt",
+            ctx.sink_id,
+            ctx.batch_id,
+            ctx.partition,
+            ctx.attempt,
+            xid.gid,
+        )
+        self.rollback_prepared(xid)
+
+    def _prepared_siblings(self, sink_id: str, of: TaskContext | Committable) -> list[Committable]:
+        """Prepared branches of other attempts of the same task (sink, query, batch and
+        partition)."""
+        found = []
+        for xid in self.prepared_ids(sink_id):
+            committable = xid.committable(sink_id)
             if (
                 committable is not None
-                and committable.query_id == ctx.query_id
-                and committable.batch_id == ctx.batch_id
-                and committable.partition == ctx.partition
-                and committable.attempt != ctx.attempt
+                and committable.query_id == of.query_id
+                and committable.batch_id == of.batch_id
+                and committable.partition == of.partition
+                and committable.attempt != of.attempt
             ):
-                _log.warning("rolling back prepared branch %s of an earlier attempt", xid.gid)
-                self.rollback_prepared(xid)
+                found.append(committable)
+        return found
 
     def invoke(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
         if txn.skip:
@@ -644,9 +735,28 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             _close_quietly(conn)
 
     def _already_or_lost(self, c: Committable, xid: TransactionId) -> CommitOutcome:
-        """The prepared branch is gone: committed before (its marker shows it) or lost."""
+        """The prepared branch is gone: committed before (its marker shows it), replaced
+        by another attempt of the same task that prepared the same partition (a copy that
+        rolled the decided attempt back: commit that one instead, so the partition still
+        commits exactly once), or lost."""
         if self._has_marker(c):
             return CommitOutcome.ALREADY_COMMITTED
+        for sibling in self._prepared_siblings(c.sink_id, c):
+            other = TransactionId.for_committable(sibling)
+            if self.commit_prepared(other):
+                _log.warning(
+                    "sink %r batch %d partition %d: the decided attempt %d's prepared "
+                    "transaction %s is gone; committed attempt %d's (%s), which prepared "
+                    "the same partition, instead",
+                    c.sink_id,
+                    c.batch_id,
+                    c.partition,
+                    c.attempt,
+                    self.transaction_name(xid),
+                    sibling.attempt,
+                    self.transaction_name(other),
+                )
+                return CommitOutcome.COMMITTED
         raise CommitError(
             f"the decision says commit, but prepared transaction {self.transaction_name(xid)} "
             "is neither prepared nor committed (no marker row): it was rolled back outside "

@@ -35,6 +35,7 @@ from twopc import (
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
+    AttemptLock,
     CommitsSqlTransactionInTask,
     MarkerKey,
     SqlSink,
@@ -243,6 +244,18 @@ class MySQLSink(SqlSink):
                 "(sink_id, query_id, batch_id, partition_id, attempt) VALUES (%s, %s, %s, %s, %s)",
                 (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
             )
+
+    def hold_attempt_lock(self, conn: Any, name: AttemptLock) -> None:
+        # a user-level lock: not transactional, released when the connection closes
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, 0)", (name.text,))
+            cursor.fetchall()
+
+    def attempt_lock_held(self, conn: Any, name: AttemptLock) -> bool:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(%s)", (name.text,))
+            row = cursor.fetchone()
+        return row is not None and row[0] is not None
 
     def begin(self, conn: Any, xid: TransactionId | None) -> None:
         with conn.cursor() as cursor:

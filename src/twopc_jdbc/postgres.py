@@ -28,6 +28,7 @@ from twopc import (
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
+    AttemptLock,
     CommitsSqlTransactionInTask,
     MarkerKey,
     SqlSink,
@@ -238,6 +239,20 @@ class PostgresSink(SqlSink):
             ).format(self._ident(self.options.marker_table)),
             (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
         )
+
+    def hold_attempt_lock(self, conn: Any, name: AttemptLock) -> None:
+        # a session-level advisory lock, taken outside the transaction the task prepares
+        conn.execute("SELECT pg_try_advisory_lock(%s, %s)", name.keys)
+
+    def attempt_lock_held(self, conn: Any, name: AttemptLock) -> bool:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid "
+            "AND d.datname = current_database())",
+            name.keys,
+        ).fetchone()
+        return bool(row[0])
 
     def begin(self, conn: Any, xid: TransactionId | None) -> None:
         conn.autocommit = False

@@ -108,3 +108,35 @@ class Markers:
             _log.warning("listing consumer groups failed: %s", exc)
             return 0
         return max((partition for _, _, partition in groups), default=-1) + 1
+
+
+DEFAULT_RETENTION_MINUTES = 10_080
+"""The broker's default ``offsets.retention.minutes`` (7 days)."""
+
+
+def marker_lifetime_seconds(clients: KafkaClients) -> float:
+    """How long the brokers keep a marker group's offsets after their last commit: the
+    cluster's ``offsets.retention.minutes``, read from one broker's configuration. When
+    the broker will not say (no DescribeConfigs permission), Kafka's default, with a
+    warning: a shorter setting would then go unnoticed."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # isort: skip
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = clients.admin()
+    try:
+        brokers = admin.list_topics(timeout=clients.timeout).brokers
+        resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+        futures = admin.describe_configs([resource], request_timeout=clients.timeout)
+        entries = futures[resource].result(timeout=clients.timeout)
+        return float(entries["offsets.retention.minutes"].value) * 60
+    except Exception as exc:  # any failure: fall back to the documented default
+        _log.warning(
+            "cannot read offsets.retention.minutes from %s (%s); assuming Kafka's default of "
+            "%d minutes for how long marker groups live",
+            clients.bootstrap_servers,
+            exc,
+            DEFAULT_RETENTION_MINUTES,
+        )
+        return DEFAULT_RETENTION_MINUTES * 60.0

@@ -52,7 +52,7 @@ from twopc_kafka._clients import ENFORCED, KafkaClients
 from twopc_kafka._errors import ClientErrors, classify, error
 from twopc_kafka._inspect import open_transactions
 from twopc_kafka._marker_log import MarkerLog, marker_record
-from twopc_kafka._markers import Markers
+from twopc_kafka._markers import Markers, marker_lifetime_seconds
 from twopc_kafka._produce import KafkaTransaction, produce_all, require_topics
 from twopc_kafka._records import VALUE_FORMATS, RowSerializer, record_columns
 from twopc_kafka._registry import (
@@ -215,6 +215,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
         self._swept_prefix = False
         # transactional ids this process has fenced (aborting their open transaction)
         self._probed: set[str] = set()
+        self._marker_lifetime: float | None = None
 
     @staticmethod
     def _registry_options(
@@ -572,6 +573,15 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
                 f"{self.bootstrap_servers}: {cause}"
             ) from exc
         return {m.partition for m in markers if m.batch_id >= batch_id}
+
+    def markers_expire_after(self) -> float | None:
+        """The brokers drop a marker group's offsets ``offsets.retention.minutes`` after
+        their last commit; with a ``marker_log_topic`` they are restored, so they last."""
+        if self.marker_log is not None:
+            return None
+        if self._marker_lifetime is None:
+            self._marker_lifetime = marker_lifetime_seconds(self.clients)
+        return self._marker_lifetime
 
     # -- read-only inspection -----------------------------------------------------------------
 

@@ -64,13 +64,14 @@ def test_rescaled_before_the_first_commit(
 
 
 def _restore_after_first_batch(
-    spark: Any, spec: SinkSpec, tmp_path: Path, commit_log: str | None
+    spark: Any, spec: SinkSpec, tmp_path: Path, commit_log: str | None, *, later: int = 2
 ) -> set[int]:
-    """Batch 0, a copy of the checkpoint, batches 1 and 2, then the copy put back."""
+    """Batch 0, a copy of the checkpoint, ``later`` more batches, then the copy put back."""
     expected = add_input(tmp_path / "in", 0)
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
     shutil.copytree(tmp_path / "chk", tmp_path / "chk-after-0")
-    expected |= add_input(tmp_path / "in", 1) | add_input(tmp_path / "in", 2)
+    for index in range(1, later + 1):
+        expected |= add_input(tmp_path / "in", index)
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2, commit_log=commit_log)
     shutil.rmtree(tmp_path / "chk")
     shutil.copytree(tmp_path / "chk-after-0", tmp_path / "chk")
@@ -159,4 +160,37 @@ def test_restart_with_changed_naming_options(
     assert [m.status for m in writer.metrics] == ["committed"]
     expected |= add_input(tmp_path / "in", 2)
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=3)
+    assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize("input_", ["same", "more"])
+def test_restored_one_batch_behind_with_its_commit_log_inside_is_refused_or_skipped(
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec], input_: str
+) -> None:
+    """The copy is one batch behind: its log has never heard of batch 1, which the restart
+    plans anew, over the same file or, with new input waiting, over two files (skipping it
+    would lose the new file's rows, writing it would duplicate the old file's). The
+    target's markers show batch 1 committed, so SQL and Kafka refuse; files keep the log
+    next to the data, which knows batch 1 and checks its input."""
+    from pyspark.errors import StreamingQueryException
+
+    target, spec = case
+    expected = _restore_after_first_batch(spark, spec, tmp_path, None, later=1)
+    if input_ == "more":
+        add_input(tmp_path / "in", 2)
+    if spec.backend == "files" and input_ == "same":
+        writer = run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
+        assert [m.status for m in writer.metrics] == ["skipped"]
+    else:
+        with pytest.raises(StreamingQueryException) as failure:
+            run_query(
+                spark,
+                spec,
+                tmp_path / "in",
+                tmp_path / "chk",
+                partitions=2,
+                files_per_trigger=2 if input_ == "more" else 1,
+            )
+        message = str(failure.value)
+        assert "batch 1 or a later one" in message or "other input" in message, message
     assert_exactly_once(target, spec, expected)

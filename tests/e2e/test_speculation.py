@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 # CI runs one driver-commit backend and one in-task-commit backend; ``--extended`` the rest
 # (every backend's losing attempt is also drawn by the chaos campaign's speculation runs).
-REPRESENTATIVE = [("files", "parquet"), ("kafka", "per_partition")]
-OTHERS = [("postgres", "two_phase"), ("mysql", "two_phase"), ("postgres", "transaction")]
+REPRESENTATIVE = [("files", "parquet"), ("kafka", "per_partition"), ("postgres", "two_phase")]
+OTHERS = [("mysql", "two_phase"), ("postgres", "transaction"), ("mysql", "transaction")]
 CASE_SETS = [
     pytest.param(REPRESENTATIVE, id="files-kafka"),
     pytest.param(OTHERS, id="sql", marks=pytest.mark.extended),
@@ -32,12 +32,16 @@ CASE_SETS = [
 # Partition 1 is slow. "attempt 0 loses": it stalls long before preparing, and its copy
 # finishes first. "the copy loses": attempt 0 stalls briefly, the copy prepares and then
 # stalls for long, so attempt 0 reports first and the copy is killed holding prepared work.
+# "attempt 0 prepared, then slow": attempt 0 stalls right after preparing, so its copy
+# starts while attempt 0's work is prepared; the copy must not roll it back (Spark then
+# keeps attempt 0, whose commit would find its work gone): it waits, and attempt 0 wins.
 LOSERS = {
     "attempt0-loses": "after_invoke:sleep=25@batch=0,partition=1,attempt=0",
     "copy-loses": (
         "after_invoke:sleep=4@batch=0,partition=1,attempt=0;"
         "after_pre_commit:sleep=25@batch=0,partition=1,attempt=1"
     ),
+    "attempt0-prepared-then-slow": "after_pre_commit:sleep=6@batch=0,partition=1,attempt=0",
 }
 
 
@@ -95,6 +99,8 @@ def test_speculative_copies_commit_exactly_one_attempt(
             assert (label, target.leftovers(spec)) == (label, [])
             if "attempt0-loses" in label:  # the copy really ran, and won
                 assert (label, report["attempts"]["1"]) != (label, 0)
+            if "attempt0-prepared" in label:  # the copy gave way to the prepared attempt 0
+                assert (label, report["attempts"]["1"]) == (label, 0)
     finally:
         for target, spec, _, _ in runs:
             target.cleanup(spec)

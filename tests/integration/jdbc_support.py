@@ -12,11 +12,13 @@ the subclasses.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import hashlib
 import json
 import multiprocessing
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -31,7 +33,7 @@ import twopc
 from tests.helpers import in_task
 from twopc._coordinator import Coordinator
 from twopc.local import LocalEngine
-from twopc_jdbc._base import SqlSink, SqlTransaction
+from twopc_jdbc._base import SqlSink, SqlTransaction, attempt_lock_name
 
 from .services import ServiceControl
 
@@ -684,6 +686,108 @@ class SqlSinkCases:
         # partition 0 committed before: skipped; partition 1 is new: written once
         assert db.rows(table) == [(1, "a", 1), (2, "b", 2)]
         assert db.markers(env.marker_table, sid) == [(env.query_id, 0, 0), (env.query_id, 0, 1)]
+        assert env.leftovers(sid) == ([], [])
+
+    # attempts of one task (a retry, a speculative copy) in two_phase mode ----------------
+
+    @staticmethod
+    def _prepared_attempt(env: Env, sid: str, table: str, attempt: int, ids: list[int]) -> Any:
+        sink = env.sink(table, transaction_mode="two_phase")
+        _, committable = write(sink, env.ctx(sid, attempt=attempt), batch(id=ids))
+        return committable
+
+    def test_a_failed_attempt_s_prepared_branch_is_rolled_back_by_the_retry(
+        self, db: Db, env: Env
+    ) -> None:
+        """Without speculation an ended attempt that prepared is a failed one (its report
+        never reached the driver): the retry rolls its branch back and writes the rows."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        self._prepared_attempt(env, sid, table, 0, [1, 2])
+        assert len(env.prepared(sid)) == 1
+        sink = env.sink(table, transaction_mode="two_phase")
+        _, retry = write(sink, env.ctx(sid, attempt=1), batch(id=[1, 2]))
+        assert [gid.rsplit("-", 1)[1] for gid in env.prepared(sid)] == ["1"]
+        assert sink.commit([retry]) == [twopc.CommitOutcome.COMMITTED]
+        assert db.rows(table) == [(1,), (2,)]
+        assert env.leftovers(sid) == ([], [])
+
+    def test_a_copy_never_rolls_back_an_ended_attempt_it_may_lose_to(
+        self, db: Db, env: Env
+    ) -> None:
+        """With speculative copies possible, attempt 0 may have prepared, reported and be
+        about to be committed: the copy that starts then fails (Spark keeps attempt 0),
+        and attempt 0's branch stays for the driver, who commits it."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        first = self._prepared_attempt(env, sid, table, 0, [1, 2])
+        sink = env.sink(table, transaction_mode="two_phase")
+        copy = dataclasses.replace(env.ctx(sid, attempt=1), concurrent_attempts=True)
+        with pytest.raises(twopc.TransientSinkError, match="gives way") as failure:
+            write(sink, copy, batch(id=[1, 2]))
+        assert_names_task(failure.value, sid, 0, 0)
+        assert len(env.prepared(sid)) == 1
+        assert sink.commit([first]) == [twopc.CommitOutcome.COMMITTED]
+        assert db.rows(table) == [(1,), (2,)]
+        assert env.leftovers(sid) == ([], [])
+
+    @pytest.mark.parametrize("attempt0", ["running", "ended"])
+    def test_a_copy_waits_and_skips_once_the_driver_committed_attempt_0(
+        self, db: Db, env: Env, attempt0: str
+    ) -> None:
+        """Attempt 0 has prepared and still runs (its session lock is held), or has ended
+        and reported: the copy that starts then waits and, once the driver commits attempt
+        0, finds the marker and writes nothing (the race that used to roll the winner
+        back)."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        sink = env.sink(table, transaction_mode="two_phase")
+        holder = sink.connect(autocommit=True)  # attempt 0's task, still running
+        try:
+            if attempt0 == "running":
+                sink.hold_attempt_lock(holder, attempt_lock_name(env.ctx(sid, attempt=0)))
+            first = self._prepared_attempt(env, sid, table, 0, [1, 2])
+            copy = dataclasses.replace(env.ctx(sid, attempt=1), concurrent_attempts=True)
+            outcome: dict[str, Any] = {}
+
+            def run_copy() -> None:
+                try:
+                    outcome["txn"], outcome["committable"] = write(sink, copy, batch(id=[1, 2]))
+                except BaseException as exc:  # handed to the test thread
+                    outcome["error"] = exc
+
+            thread = threading.Thread(target=run_copy)
+            thread.start()
+            time.sleep(1.5)
+            assert thread.is_alive(), outcome  # waiting for attempt 0's branch
+            assert sink.commit([first]) == [twopc.CommitOutcome.COMMITTED]
+            thread.join(30)
+            assert not thread.is_alive()
+        finally:
+            holder.close()
+        assert "error" not in outcome, outcome
+        assert outcome["txn"].skip
+        assert db.rows(table) == [(1,), (2,)]
+        assert env.leftovers(sid) == ([], [])
+
+    def test_a_decided_branch_rolled_back_by_a_copy_commits_the_copy_instead(
+        self, db: Db, env: Env
+    ) -> None:
+        """The decision names attempt 0, whose branch a copy rolled back before preparing
+        the same partition: the commit commits the copy's branch, so the partition still
+        commits exactly once, and a second commit finds the marker."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        decided = self._prepared_attempt(env, sid, table, 0, [1, 2])
+        self._prepared_attempt(env, sid, table, 1, [1, 2])  # rolls attempt 0 back
+        sink = env.sink(table, transaction_mode="two_phase")
+        assert sink.commit([decided]) == [twopc.CommitOutcome.COMMITTED]
+        assert sink.commit([decided]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+        assert db.rows(table) == [(1,), (2,)]
         assert env.leftovers(sid) == ([], [])
 
     @pytest.mark.parametrize("tm", MODES)

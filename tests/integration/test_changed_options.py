@@ -112,6 +112,42 @@ def test_kafka_restart_with_another_prefix_and_fewer_partitions_aborts_the_old_r
     assert set(seen.values()) == {1}
 
 
+@pytest.mark.parametrize(
+    ("before", "after"), [("per_partition", "atomic"), ("atomic", "per_partition")]
+)
+def test_kafka_restart_in_the_other_mode_aborts_the_old_run(
+    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkSpec], before: str, after: str
+) -> None:
+    """The crashed run's tasks died holding open transactions; the restart in the other
+    mode (one transaction per batch, or one per partition) still fences their
+    transactional ids, as the commit log recorded them, and writes the batch once."""
+    target, spec = kafka_case
+    stream = LocalStream(str(tmp_path / "chk"), [_partitions(0, 120, 6, key=True)])
+    crashing = twopc.local.foreach_batch(
+        build_sink(replace(spec, mode=before)),
+        sink_id=spec.sink_id,
+        commit_log=str(tmp_path / "log"),
+        faults=twopc.FaultPlan.parse("before_task_commit:kill@batch=0"),
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stream.run(crashing)
+    assert target.open_transactions(spec.table), "the killed tasks left no open transaction"
+    assert _uncommitted_count(spec.address, spec.table) == 120
+
+    stream = LocalStream(str(tmp_path / "chk"), [_partitions(0, 120, 3, key=True)])
+    restarted = twopc.local.foreach_batch(
+        build_sink(replace(spec, mode=after)),
+        sink_id=spec.sink_id,
+        commit_log=str(tmp_path / "log"),
+    )
+    stream.run(restarted)
+
+    assert target.open_transactions(spec.table) == []  # found and aborted at once
+    seen = target.committed(spec)
+    assert sorted(seen) == list(range(120))
+    assert set(seen.values()) == {1}
+
+
 def test_kafka_replay_of_a_partly_committed_batch_in_another_shape_is_refused(
     tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkSpec]
 ) -> None:

@@ -9,7 +9,10 @@ marker consumer groups expire within the test. After the expiry:
   from one where nothing committed: the restart refuses with ``CommitStateUnknownError``
   and writes nothing, instead of writing the committed partitions again;
 - the same batch, with ``marker_log_topic`` set, finishes exactly once: the driver restores
-  the expired groups from the compacted marker log and the committed partition is skipped.
+  the expired groups from the compacted marker log and the committed partition is skipped;
+- a first batch (no batch before it whose markers could show the expiry) that crashed the
+  same way is refused too, because its first run is older than the broker's
+  ``offsets.retention.minutes``, which the sink reads from the broker.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     decided = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
     window = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
     logged = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
-    specs = (decided, window, logged)
+    first = target.prepare(f"mr-{uuid.uuid4().hex[:8]}", "per_partition", tmp_path, 2)
+    specs = (decided, window, logged, first)
     marker_logs = {logged.sink_id: f"{logged.table}-markers"}
     batches = [_batch(0), _batch(1000)]
     # tasks run inline, partition 0 before partition 1: partition 0 has committed in its task
@@ -141,6 +145,8 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         window.sink_id: window_faults,
         # the same, with a marker log that outlives the groups
         logged.sink_id: window_faults,
+        # the same in the query's first batch
+        first.sink_id: "before_task_commit:raise@batch=0,partition=1",
     }
     for spec in specs:
         stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
@@ -169,6 +175,7 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     assert len(before[decided.sink_id]) == 80  # both batches, once
     assert len(before[window.sink_id]) == 60  # batch 0 and batch 1's partition 0
     assert before[logged.sink_id] == before[window.sink_id]
+    assert len(before[first.sink_id]) == 20  # batch 0's partition 0
     # twopc created the marker log, compacted
     assert _cleanup_policy(short_retention_broker, marker_logs[logged.sink_id]) == "compact"
 
@@ -190,9 +197,13 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     restart(decided)  # the replay of batch 1 is skipped by the commit log
     assert target.committed(decided) == before[decided.sink_id]
 
-    with pytest.raises(twopc.CommitStateUnknownError, match=r"offsets\.retention\.minutes"):
+    with pytest.raises(twopc.CommitStateUnknownError, match="even for batch 0"):
         restart(window)
     assert target.committed(window) == before[window.sink_id]  # nothing written twice
+
+    with pytest.raises(twopc.CommitStateUnknownError, match="drops its markers 60 s after"):
+        restart(first)
+    assert target.committed(first) == before[first.sink_id]  # nothing written twice
 
     restart(logged)  # groups restored from the log: partition 0 skipped, partition 1 written
     expected = Counter(i for table in batches for part in table for i in part["id"].to_pylist())

@@ -8,6 +8,8 @@ prepared), never the coordinator's own logs.
 from __future__ import annotations
 
 import json
+import shutil
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -257,6 +259,44 @@ def test_a_log_ahead_of_the_checkpoint_is_refused(
     assert Counter(store.visible) == once(0, 1, 2)
 
 
+@pytest.mark.parametrize("behind", [1, 2], ids=["one-batch-behind", "two-batches-behind"])
+def test_a_log_put_back_with_its_checkpoint_is_refused_where_markers_are_newer(
+    tmp_path: Path, store_name: str, store: MemoryStore, behind: int
+) -> None:
+    """The commit log inside a checkpoint copied after batch 0 comes back with the copy. The
+    target's markers show the batches the copy has never heard of, even the very next one
+    (which the restart plans anew, maybe over other input): refused, nothing written."""
+    log = tmp_path / "log"
+    coord = coordinator(MemoryTaskSink(store_name), tmp_path)
+    coord.run_batch(QUERY, 0, engine(0))
+    copy = tmp_path / "log-after-0"
+    shutil.copytree(log, copy)
+    for batch_id in range(1, behind + 1):
+        coord.run_batch(QUERY, batch_id, engine(batch_id))
+    shutil.rmtree(log)
+    shutil.copytree(copy, log)
+    before = Counter(store.visible)
+    restarted = coordinator(MemoryTaskSink(store_name), tmp_path)
+    with pytest.raises(twopc.CheckpointMismatchError, match="put back from an older copy") as err:
+        restarted.run_batch(QUERY, 1, LocalEngine(partitions(1, count=3), processes=False))
+    assert err.value.batch_id == 1
+    assert Counter(store.visible) == before
+
+
+def test_a_crash_after_some_tasks_committed_is_not_taken_for_a_restored_log(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """The log knows the batch it recorded a run of: its own markers are no sign of a copy."""
+    faults = twopc.FaultPlan.parse("before_decision:raise@batch=1")
+    coord = coordinator(MemoryTaskSink(store_name), tmp_path, faults=faults)
+    coord.run_batch(QUERY, 0, engine(0))
+    with pytest.raises(twopc.InjectedFault):
+        coord.run_batch(QUERY, 1, engine(1))
+    restarted = coordinator(MemoryTaskSink(store_name), tmp_path)
+    assert restarted.run_batch(QUERY, 1, engine(1)).status == "committed"
+    assert Counter(store.visible) == once(0, 1)
+
+
 def test_a_new_query_id_starts_its_own_batches(
     tmp_path: Path, store_name: str, store: MemoryStore
 ) -> None:
@@ -328,6 +368,66 @@ def test_a_partly_committed_in_task_batch_finishes_once(
     assert Counter(store.visible) == once(0) + Counter(range(1000, 1010))
     coordinator(MemoryTaskSink(store_name), tmp_path).run_batch(QUERY, 1, engine(1))
     assert Counter(store.visible) == once(0, 1)
+
+
+class ExpiringMarkersSink(MemoryTaskSink):
+    """A memory in-task sink whose target says it drops markers an hour after writing."""
+
+    def markers_expire_after(self) -> float | None:
+        return 3600.0
+
+
+@pytest.mark.parametrize("markers", ["expired", "kept", "partly"])
+def test_a_first_batch_older_than_its_markers_live_is_refused_unless_all_are_seen(
+    tmp_path: Path,
+    store_name: str,
+    store: MemoryStore,
+    monkeypatch: pytest.MonkeyPatch,
+    markers: str,
+) -> None:
+    """Batch 0 has no earlier batch whose markers could show that they expired. Its first
+    run crashed after its tasks committed; the restart comes two hours later, when the
+    target may have dropped the markers: unless every partition's marker is still there,
+    twopc cannot tell what committed and refuses instead of writing it again."""
+    faults = twopc.FaultPlan.parse(
+        "before_task_commit:raise@partition=1" if markers == "partly" else "before_decision:raise"
+    )
+    with pytest.raises((twopc.InjectedFault, twopc.BatchFailedError)):
+        coordinator(ExpiringMarkersSink(store_name), tmp_path, faults=faults).run_batch(
+            QUERY, 0, engine(0)
+        )
+    committed = Counter(store.visible)
+    if markers == "expired":
+        store.markers.clear()
+    import twopc._replay_guard as guard
+
+    later = time.time() + 2 * 3600
+    monkeypatch.setattr(guard.time, "time", lambda: later)
+    restarted = coordinator(ExpiringMarkersSink(store_name), tmp_path)
+    if markers == "kept":
+        assert restarted.run_batch(QUERY, 0, engine(0)).status == "committed"
+        assert Counter(store.visible) == once(0)
+        return
+    with pytest.raises(twopc.CommitStateUnknownError, match="drops its markers 60 min") as err:
+        restarted.run_batch(QUERY, 0, engine(0))
+    assert err.value.batch_id == 0
+    assert "runs.json" in str(err.value)
+    assert Counter(store.visible) == committed
+
+
+def test_a_young_first_batch_trusts_its_markers(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """Within the markers' lifetime a missing marker means "not committed": the replay
+    writes what had not committed, once."""
+    faults = twopc.FaultPlan.parse("before_task_commit:raise@partition=1")
+    with pytest.raises(twopc.BatchFailedError):
+        coordinator(ExpiringMarkersSink(store_name), tmp_path, faults=faults).run_batch(
+            QUERY, 0, engine(0)
+        )
+    assert Counter(store.visible) == Counter(range(10))
+    coordinator(ExpiringMarkersSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
+    assert Counter(store.visible) == once(0)
 
 
 def test_a_pending_decision_finishes_the_way_it_was_made(
