@@ -21,6 +21,7 @@ from twopc.errors import ConfigurationError, SinkError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of
 from twopc.protocol import Sink
+from twopc.storage import filesystem_for, join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -248,6 +249,11 @@ class SparkBatchWriter(BatchWriter):
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
+        if query_id not in self._checked_queries:
+            _refuse_a_foreign_checkpoint(
+                df.sparkSession, checkpoint, query_id, self.sink_id, batch_id
+            )
+            self._checked_queries.add(query_id)
         if self._speculation is None:
             setting = df.sparkSession.conf.get("spark.speculation", "false")
             self._speculation = str(setting).lower() == "true"
@@ -413,6 +419,41 @@ def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int
     if "RealTime" in trigger or "RealTime" in kind:
         raise ConfigurationError(
             "real-time mode gives up exactly-once; use a micro-batch trigger with twopc",
+            sink_id=sink_id,
+            batch_id=batch_id,
+        )
+
+
+def _refuse_a_foreign_checkpoint(
+    spark: Any, checkpoint: str, query_id: str, sink_id: str, batch_id: int
+) -> None:
+    """Over Spark Connect the query's identity comes from ``checkpoint_location``, which
+    the user typed: make sure it is the checkpoint of the query that calls the writer, so
+    that another query's (an older checkpoint, a copy-pasted path) never makes this query's
+    batches look committed. Spark writes ``offsets/<batch>`` before it runs the batch and
+    ``commits/<batch>`` after; and the checkpoint's query must be one this session runs."""
+    fs, root = filesystem_for(checkpoint)
+    offsets, commits = join(root, "offsets", str(batch_id)), join(root, "commits", str(batch_id))
+    planned = fs.exists(offsets)
+    if not planned or fs.exists(commits):
+        why = "it holds the batch as committed" if planned else "it has no offsets for it"
+        raise ConfigurationError(
+            f"checkpoint_location={checkpoint!r} is not the checkpoint of the query that "
+            f"runs batch {batch_id} ({why}): pass the checkpointLocation of the query this "
+            "writer serves",
+            sink_id=sink_id,
+            batch_id=batch_id,
+        )
+    try:
+        running = {str(query.id) for query in spark.streams.active}
+    except Exception:  # an older Connect server, a session that cannot list them
+        _log.debug("cannot list the session's streaming queries", exc_info=True)
+        return
+    if running and query_id not in running:
+        raise ConfigurationError(
+            f"checkpoint_location={checkpoint!r} belongs to query {query_id}, which does not "
+            f"run in this Spark Connect session (running: {', '.join(sorted(running))}): pass "
+            "the checkpointLocation of the query this writer serves",
             sink_id=sink_id,
             batch_id=batch_id,
         )

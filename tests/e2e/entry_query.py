@@ -89,6 +89,9 @@ def main() -> None:
     parser.add_argument("--write-id", default="w1")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--checkpoint-location", default=None, help="foreach_batch's (default: --checkpoint)"
+    )
     args = parser.parse_args()
     spec = SinkSpec.loads(args.spec)
     spark = session(args.remote, args.master)
@@ -134,7 +137,7 @@ def main() -> None:
             build_sink(spec),
             sink_id=spec.sink_id,
             commit_log=commit_log,
-            checkpoint_location=args.checkpoint,
+            checkpoint_location=args.checkpoint_location or args.checkpoint,
             faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
         )
         query = stream.foreachBatch(writer).start()

@@ -3,10 +3,12 @@ prepared-but-undecided), then the restarts die a second and a third time inside 
 at its crash points, before a clean restart. The targets must then hold every row exactly
 once with nothing prepared or staged: recovery is idempotent and converges.
 
-The query is the chaos campaign's local-engine query (no JVM), on the real services. The
-recovery crash points apply to sinks that commit on the driver (files, SQL ``two_phase``);
-for sinks that commit in the task, recovery only marks the commit log, so a crash there
-leaves the state the first crash left.
+The query is the chaos campaign's local-engine query (no JVM), on the real services, and
+for files and SQL ``two_phase`` also its real-Spark query (a PySpark driver SIGKILLed each
+time, its restarts recovering in a new driver). The recovery crash points apply to sinks
+that commit on the driver (files, SQL ``two_phase``); for sinks that commit in the task,
+recovery only marks the commit log, so a crash there leaves the state the first crash
+left.
 """
 
 from __future__ import annotations
@@ -61,3 +63,54 @@ def test_two_crashes_inside_recovery_then_exactly_once(
     assert sorted(i for i, n in seen.items() if n > 1) == []
     assert set(seen) == EXPECTED
     assert target.leftovers(spec) == []
+
+
+SPARK_CASES = [
+    # about 1.5 min each: --extended (the local-engine cases above run every point in CI)
+    pytest.param(
+        ("files", "parquet"), "commit", id="files-parquet-commit", marks=pytest.mark.extended
+    ),
+    pytest.param(
+        ("postgres", "two_phase"),
+        "commit",
+        id="postgres-two_phase-commit",
+        marks=pytest.mark.extended,
+    ),
+    pytest.param(
+        ("files", "parquet"), "abort", id="files-parquet-abort", marks=pytest.mark.extended
+    ),
+    pytest.param(
+        ("mysql", "two_phase"), "abort", id="mysql-two_phase-abort", marks=pytest.mark.extended
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "sequence"), SPARK_CASES)
+def test_two_crashes_inside_recovery_on_spark(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: tuple[str, str], sequence: str
+) -> None:
+    """The same three crashes with real Spark: the driver of each run SIGKILLed at the
+    point (two micro-batches, the second crashed), then a clean restart."""
+    from tests.e2e.backend_cases import add_input
+
+    target, spec = new_target(request, *backend, tmp_path, prefix="rs")
+    try:
+        source = tmp_path / "in"
+        expected = add_input(source, 0) | add_input(source, 1)
+        args = ["-m", "tests.chaos.spark_query", "--spec", spec.dumps()]
+        args += ["--checkpoint", str(tmp_path / "chk"), "--input", str(source)]
+        args += ["--partitions", "3"]
+        for point in SEQUENCES[sequence]:
+            crashed = run_process(args, faults=f"{point}:kill@batch=1", timeout=300)
+            assert crashed.returncode == -signal.SIGKILL, (point, crashed.stderr[-2000:])
+            seen = target.committed(spec)
+            assert max(seen.values(), default=1) == 1, f"duplicates after the crash at {point}"
+        finished = run_process(args, timeout=300)
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        seen = target.committed(spec)
+        assert sorted(i for i, n in seen.items() if n > 1) == []
+        assert set(seen) == expected
+        assert target.leftovers(spec) == []
+    finally:
+        target.cleanup(spec)

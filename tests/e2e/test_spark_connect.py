@@ -107,3 +107,26 @@ def test_the_connect_server_sigkilled_between_decision_and_commit(
     rerun = run(command(entry, spec, source, checkpoint, remote=connect.url))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target", [pytest.param(("foreach", "files", "parquet"), id="foreach-files")], indirect=True
+)
+def test_a_checkpoint_location_of_another_query_is_refused(
+    target: Any, connect: Any, tmp_path: Path
+) -> None:
+    """Over Connect the query's identity comes from ``checkpoint_location``: pointed at
+    another query's checkpoint, whose batch 0 is committed, the writer would take this
+    query's batch 0 for a replay and skip it. It refuses instead, and writes nothing."""
+    entry, target, spec = target
+    source = tmp_path / "in"
+    expected = add_input(source, 0)
+    first = run(command(entry, spec, source, tmp_path / "chk-a", remote=connect.url))
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = target.committed(spec)
+    args = command(entry, spec, source, tmp_path / "chk-b", remote=connect.url)
+    second = run([*args, "--checkpoint-location", str(tmp_path / "chk-a")])
+    assert second.returncode != 0
+    assert "is not the checkpoint of the query" in second.stderr, second.stderr[-3000:]
+    assert target.committed(spec) == before
+    assert_exactly_once(target, spec, expected)

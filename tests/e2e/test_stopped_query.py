@@ -24,18 +24,22 @@ STALLS = {
 }
 
 
-def _stop_during_batch_1(query: Any, writer: Any, stall_seconds: float) -> None:
-    """Stop the query once batch 0 is done and batch 1 has been stalled for a while."""
+def _stop_during_batch_1(query: Any, writer: Any, stall_seconds: float) -> float:
+    """Stop the query once batch 0 is done and batch 1 has been stalled for a while;
+    returns how long ``stop()`` took."""
     deadline = time.monotonic() + 120
     while not any(m.batch_id == 0 and m.status != "failed" for m in writer.metrics):
         assert time.monotonic() < deadline, "batch 0 never finished"
         assert query.isActive, f"the query ended early: {query.exception()}"
         time.sleep(0.2)
     time.sleep(min(2.0, stall_seconds / 2))
+    assert not any(m.batch_id == 1 for m in writer.metrics), "batch 1 ended before the stop"
     stopper = threading.Thread(target=query.stop)
+    started = time.monotonic()
     stopper.start()
     stopper.join(timeout=120)
     assert not stopper.is_alive(), "query.stop() did not return"
+    return time.monotonic() - started
 
 
 @pytest.mark.parametrize("where", list(STALLS))
@@ -54,11 +58,19 @@ def test_stop_during_a_batch_then_restart(
         trigger={"processingTime": "100 milliseconds"},
     )
     try:
-        _stop_during_batch_1(query, writer, 6.0)
+        stop_took = _stop_during_batch_1(query, writer, 6.0)
     finally:
         writer.close()
     seen = target.committed(spec)
     assert max(seen.values(), default=1) == 1  # whatever is visible is there once
+    batch_1 = [m.status for m in writer.metrics if m.batch_id == 1]
+    if where == "phase1":
+        # stopped inside phase 1: the batch never got to its decision
+        assert "committed" not in batch_1, batch_1
+    else:
+        # stop() waited for the foreachBatch call, stalled after its decision, to commit
+        assert batch_1 == ["committed"], batch_1
+        assert stop_took > 0.5, stop_took
 
     expected |= add_input(tmp_path / "in", 2)
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)

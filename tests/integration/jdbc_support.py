@@ -790,6 +790,29 @@ class SqlSinkCases:
         assert db.rows(table) == [(1,), (2,)]
         assert env.leftovers(sid) == ([], [])
 
+    def test_two_in_task_attempts_commit_the_partition_once(self, db: Db, env: Env) -> None:
+        """``transaction`` mode: attempt 0 and a copy both begin before either committed;
+        attempt 0 commits first, so the copy's marker insert finds attempt 0's marker. The
+        copy rolls back and reports the partition already committed (whichever attempt
+        Spark then keeps, the batch does not fail and the rows are there once)."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        sink = env.sink(table)
+        first = sink.begin_transaction(env.ctx(sid, attempt=0))
+        copy = sink.begin_transaction(env.ctx(sid, attempt=1))
+        assert not first.skip and not copy.skip
+        with in_task(first.ctx):
+            sink.invoke(first, batch(id=[1, 2]))
+            committable = sink.pre_commit(first)
+            assert commit(sink, first, committable) == [twopc.CommitOutcome.COMMITTED]
+        with in_task(copy.ctx):
+            sink.invoke(copy, batch(id=[1, 2]))
+            late = sink.pre_commit(copy)
+            assert commit(sink, copy, late) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+        assert db.rows(table) == [(1,), (2,)]
+        assert db.markers(env.marker_table, sid) == [(env.query_id, 0, 0)]
+
     @pytest.mark.parametrize("tm", MODES)
     def test_abort_leaves_nothing(self, db: Db, env: Env, tm: str) -> None:
         table = env.table()

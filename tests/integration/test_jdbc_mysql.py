@@ -153,6 +153,31 @@ class TestMariaDbSink(SqlSinkCases):
             "amount": "decimal",
         }
 
+    def test_an_xid_a_dying_attempt_still_holds_is_a_transient_error(
+        self, db: Db, env: Env
+    ) -> None:
+        """A restart within seconds of a stopped query may give a task the attempt id (so
+        the XID) that a dying attempt of the earlier run still holds: MariaDB answers
+        XAER_DUPID, which must be transient (Spark retries the task under a new id), name
+        the task, and leave the other attempt's branch alone."""
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        sink = env.sink(table, transaction_mode="two_phase")
+        dying = sink.begin_transaction(env.ctx(sid, attempt=3))  # XA START, still active
+        try:
+            with pytest.raises(twopc.TransientSinkError, match=r"XAER_DUPID|1440") as failure:
+                write(sink, env.ctx(sid, attempt=3), batch(id=[1]))
+            assert_names_task(failure.value, sid, 0, 0)
+            with in_task(dying.ctx):
+                sink.invoke(dying, batch(id=[1]))
+                committable = sink.pre_commit(dying)
+        except BaseException:
+            sink.abort(dying)
+            raise
+        assert sink.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+        assert db.rows(table) == [(1,)]
+
     @pytest.mark.parametrize("tm", ["transaction", "two_phase"])
     @pytest.mark.parametrize(
         "case",
