@@ -59,8 +59,11 @@ def _fails_while_stalled(
     return text
 
 
+@pytest.mark.parametrize(
+    "mode", ["per_partition", pytest.param("atomic", marks=pytest.mark.extended)]
+)
 def test_kafka_broker_stalled_in_phase1(
-    spark: Any, kafka_bootstrap: str, services: ServiceControl, tmp_path: Path
+    spark: Any, kafka_bootstrap: str, services: ServiceControl, tmp_path: Path, mode: str
 ) -> None:
     expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=ROWS)
     topic = create_topic(kafka_bootstrap)
@@ -69,6 +72,7 @@ def test_kafka_broker_stalled_in_phase1(
         kafka_bootstrap,
         topic=topic,
         key_column="id",
+        mode=mode,
         transactional_id_prefix=unique("stall"),
         transaction_timeout_ms=10_000,
         operation_timeout_seconds=2.0,
@@ -108,9 +112,23 @@ SQL_CASES = [
     # a task's pre-commit gets no answer: the task and its retries fail, batch rerun
     SqlCase("mysql", "transaction", CrashPoint.AFTER_INVOKE, 13.0),
 ]
+EXTENDED_SQL_CASES = [
+    # the same, each on the other database
+    SqlCase("mysql", "two_phase", CrashPoint.AFTER_DECISION, 13.0),
+    SqlCase("postgres", "transaction", CrashPoint.AFTER_INVOKE, 20.0),
+]
 
 
-@pytest.mark.parametrize("case", SQL_CASES, ids=[f"{c.backend}-{c.mode}" for c in SQL_CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        *(pytest.param(c, id=f"{c.backend}-{c.mode}") for c in SQL_CASES),
+        *(
+            pytest.param(c, id=f"{c.backend}-{c.mode}", marks=pytest.mark.extended)
+            for c in EXTENDED_SQL_CASES
+        ),
+    ],
+)
 def test_database_stalled(
     spark: Any,
     request: pytest.FixtureRequest,
