@@ -34,6 +34,7 @@ from pyspark.sql.datasource import (
 )
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
+from twopc._boundary import leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
@@ -43,7 +44,7 @@ from twopc._reported import abort_reported, commit_reported
 from twopc._reports import TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
-from twopc.errors import BackendNotInstalledError, ConfigurationError
+from twopc.errors import BackendNotInstalledError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
 from twopc.progress import ProgressReporter, kafka_offsets_of
@@ -252,14 +253,15 @@ class _StreamWriter(DataSourceStreamArrowWriter):
                     setup.sink_id,
                     batchId,
                 )
-        commit_reported(
-            setup.coordinator(),
-            setup.query_id,
-            batchId,
-            _reports(messages),
-            input_fingerprint=fingerprint,
-            source_offsets=offsets,
-        )
+        with leaving_twopc(setup.sink_id, batchId):
+            commit_reported(
+                setup.coordinator(),
+                setup.query_id,
+                batchId,
+                _reports(messages),
+                input_fingerprint=fingerprint,
+                source_offsets=offsets,
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         assert self.setup.query_id is not None
@@ -281,7 +283,8 @@ class _BatchWriter(DataSourceArrowWriter):
         setup = self.setup
         assert setup.query_id is not None
         assert setup.batch_id is not None
-        commit_reported(setup.coordinator(), setup.query_id, setup.batch_id, _reports(messages))
+        with leaving_twopc(setup.sink_id, setup.batch_id):
+            commit_reported(setup.coordinator(), setup.query_id, setup.batch_id, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.setup.query_id is not None
@@ -321,7 +324,8 @@ def _progress_group(
 
 
 def _finish_decided(setup: _Setup) -> None:
-    finished = setup.coordinator().finish_decided()
+    with leaving_twopc(setup.sink_id):
+        finished = setup.coordinator().finish_decided()
     if finished:
         _log.info("twopc sink=%s: finished %d decided batch(es)", setup.sink_id, finished)
 
@@ -330,8 +334,9 @@ def _abort(
     setup: _Setup, query_id: str, batch_id: int, messages: list[WriterCommitMessage | None]
 ) -> None:
     try:
-        abort_reported(setup.coordinator(), query_id, batch_id, _reports(messages))
-    except Exception:
+        with leaving_twopc(setup.sink_id, batch_id):
+            abort_reported(setup.coordinator(), query_id, batch_id, _reports(messages))
+    except TwoPCError:
         # Spark is already failing the batch; its own error is the one users need. What
         # this left, the next batch's clean-up or `twopc recover` removes.
         _log.exception("twopc sink=%s batch %d: aborting failed", setup.sink_id, batch_id)

@@ -60,25 +60,40 @@ class TaskReport:
 
     @classmethod
     def loads(cls, text: str) -> TaskReport:
-        body = json.loads(text)
-        if body.get("format") != cls.FORMAT:
+        """Read a report written by :meth:`dumps`; anything else is refused with
+        :class:`~twopc.UnsupportedFormatError`, never misread."""
+        try:
+            body = json.loads(text)
+        except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise UnsupportedFormatError(f"a task's report is not JSON ({exc})") from exc
+        fmt = body.get("format") if isinstance(body, dict) else None
+        if fmt != cls.FORMAT:
             raise UnsupportedFormatError(
-                f"a task reported in format {body.get('format')!r}, this driver reads format "
+                f"a task reported in format {fmt!r}, this driver reads format "
                 f"{cls.FORMAT}: the executors run another twopc version than the driver "
                 "(install the same version everywhere, e.g. through PYSPARK_PYTHON)"
             )
-        raw = body.get("committable")
-        return cls(
-            partition=int(body["partition"]),
-            attempt=int(body["attempt"]),
-            outcome=TaskOutcome(body["outcome"]),
-            committable=None if raw is None else Committable.from_json(raw),
-            rows=int(body.get("rows", 0)),
-            bytes=int(body.get("bytes", 0)),
-            seconds=float(body.get("seconds", 0.0)),
-            error=body.get("error"),
-        )
+        try:
+            raw = body.get("committable")
+            return cls(
+                partition=int(body["partition"]),
+                attempt=int(body["attempt"]),
+                outcome=TaskOutcome(body["outcome"]),
+                committable=None if raw is None else Committable.from_json(raw),
+                rows=int(body.get("rows", 0)),
+                bytes=int(body.get("bytes", 0)),
+                seconds=float(body.get("seconds", 0.0)),
+                error=_optional_text(body.get("error")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnsupportedFormatError(f"a task's report is incomplete ({exc!r})") from exc
 
     @property
     def metrics(self) -> TaskMetrics:
         return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value

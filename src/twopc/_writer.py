@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from twopc._boundary import describe_exception
+from twopc._boundary import leaving_twopc
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._liveness import Heartbeat, this_host
@@ -183,28 +183,27 @@ class BatchWriter:
         input_fingerprint: str | None = None,
         source_offsets: SourceOffsets | None = None,
     ) -> BatchMetrics:
-        coordinator = self.coordinator(checkpoint_root)
+        with leaving_twopc(self.sink_id, batch_id):
+            coordinator = self.coordinator(checkpoint_root)
         self._heartbeat(coordinator, query_id, batch_id, "writing")
         try:
-            metrics = coordinator.run_batch(
-                query_id,
-                batch_id,
-                engine,
-                run_id=run_id,
-                input_fingerprint=input_fingerprint,
-                source_offsets=source_offsets,
-            )
-        except Exception as exc:
+            with leaving_twopc(self.sink_id, batch_id):
+                metrics = coordinator.run_batch(
+                    query_id,
+                    batch_id,
+                    engine,
+                    run_id=run_id,
+                    input_fingerprint=input_fingerprint,
+                    source_offsets=source_offsets,
+                )
+        except TwoPCError as error:
             self._heartbeat(coordinator, query_id, batch_id, "failed")
-            error = _as_twopc_error(exc, self.sink_id, batch_id)
             self._record(
                 BatchMetrics(
                     self.sink_id, query_id, batch_id, status=BatchStatus.FAILED, error=str(error)
                 )
             )
-            if error is exc:
-                raise
-            raise error from exc
+            raise
         self._heartbeat(coordinator, query_id, batch_id, "idle")
         self._record(metrics)
         return metrics
@@ -218,11 +217,3 @@ class BatchWriter:
         except Exception:
             # The batch is already decided; a broken callback must not fail the query.
             _log.exception("twopc sink=%s: on_metrics callback failed", self.sink_id)
-
-
-def _as_twopc_error(exc: Exception, sink_id: str, batch_id: int) -> TwoPCError:
-    """The error a batch fails with: a twopc error that names the sink and the batch
-    (anything else, e.g. the commit log's storage failing, is wrapped)."""
-    if isinstance(exc, TwoPCError):
-        return exc.at(sink_id=sink_id, batch_id=batch_id)
-    return TwoPCError(describe_exception(exc), sink_id=sink_id, batch_id=batch_id)

@@ -208,7 +208,12 @@ class Committable:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Committable:
-        """Rebuild a committable written by :meth:`to_json`; refuses other formats."""
+        """Rebuild a committable written by :meth:`to_json`; refuses other formats and
+        anything that is not one (:class:`~twopc.UnsupportedFormatError`)."""
+        if not isinstance(data, Mapping):
+            raise UnsupportedFormatError(
+                f"a committable must be a JSON object, not {type(data).__name__}"
+            )
         fmt = data.get("format")
         if fmt != COMMITTABLE_FORMAT_VERSION:
             raise UnsupportedFormatError(

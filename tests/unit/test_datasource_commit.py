@@ -1,0 +1,109 @@
+"""``format("twopc")``'s commit and abort on the driver, without Spark: phase 1 runs inline
+(as the executors would), and every ``commit``/``abort`` gets a fresh writer and
+coordinator, as Spark's fresh Python process per batch does. The in-memory reference sinks
+stand in for the backends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import twopc
+from twopc._datasource import TwopcMessage, _Setup, _StreamWriter
+from twopc._paths import CommitPath
+from twopc._phase1 import Phase1Task
+from twopc.testing import MemoryDriverSink, MemoryStore, memory_store
+
+pytestmark = pytest.mark.unit
+
+QUERY = "8f14e45f-ceea-467f-a0e6-1f2a3b4c5d6e"
+
+
+@pytest.fixture
+def store_name() -> str:
+    return f"datasource-commit-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def store(store_name: str) -> MemoryStore:
+    return memory_store(store_name)
+
+
+def setup_for(sink: twopc.Sink[Any], commit_log: str) -> _Setup:
+    return _Setup(sink, "mem", commit_log, None, None, QUERY, None, None)
+
+
+def messages(
+    sink: twopc.Sink[Any], batch_id: int, partitions: int = 2
+) -> list[TwopcMessage | None]:
+    """What the batch's tasks send the driver: phase 1 of each partition, run inline."""
+    task = Phase1Task(sink, "mem", QUERY, batch_id, CommitPath.of(sink))
+    sent: list[TwopcMessage | None] = []
+    for partition in range(partitions):
+        ids = pa.array([batch_id * 100 + partition], pa.int64())
+        report = task.run(partition, 0, iter([pa.record_batch({"id": ids})]))
+        sent.append(TwopcMessage(report.dumps()))
+    return sent
+
+
+def commit(setup: _Setup, batch_id: int, sent: list[TwopcMessage | None]) -> None:
+    """``commit`` as Spark calls it: a writer of its own, in a fresh process."""
+    _StreamWriter(setup).commit(list(sent), batch_id)
+
+
+def test_batches_commit_once_and_a_replayed_commit_is_skipped(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    setup = setup_for(sink, str(tmp_path / "log"))
+    for batch_id in range(2):
+        commit(setup, batch_id, messages(sink, batch_id))
+    commit(setup, 1, messages(sink, 1))  # Spark could not record batch 1: a replay
+    assert sorted(store.visible) == [0, 1, 100, 101]
+    assert store.prepared == {}
+
+
+def test_a_commit_log_that_cannot_be_written_fails_as_a_twopc_error(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    with pytest.raises(twopc.TwoPCError) as failed:
+        commit(setup_for(sink, str(blocker)), 3, messages(sink, 3))
+    assert (failed.value.sink_id, failed.value.batch_id) == ("mem", 3)
+    assert isinstance(failed.value.__cause__, OSError)
+    assert store.visible == []
+
+
+@pytest.mark.parametrize(
+    "report",
+    ["not json", "[1]", '{"format": 2}', '{"format": 2, "partition": 0, "attempt": 0}'],
+)
+def test_a_malformed_report_fails_as_an_unsupported_format(
+    tmp_path: Path, store_name: str, store: MemoryStore, report: str
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    sent = [*messages(sink, 0, partitions=1), TwopcMessage(report)]
+    with pytest.raises(twopc.UnsupportedFormatError) as refused:
+        commit(setup_for(sink, str(tmp_path / "log")), 0, sent)
+    assert (refused.value.sink_id, refused.value.batch_id) == ("mem", 0)
+    assert store.visible == []
+
+
+def test_an_abort_that_fails_is_logged_not_raised(
+    tmp_path: Path, store_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    sent = [*messages(sink, 0, partitions=1), TwopcMessage("not json")]
+    _StreamWriter(setup_for(sink, str(tmp_path / "log"))).abort(sent, 0)
+    (record,) = [r for r in caplog.records if "aborting failed" in r.getMessage()]
+    assert record.exc_info is not None
+    error = record.exc_info[1]
+    assert isinstance(error, twopc.UnsupportedFormatError)
+    assert (error.sink_id, error.batch_id) == ("mem", 0)
