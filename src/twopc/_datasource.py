@@ -40,7 +40,6 @@ from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
-from twopc._reported import abort_reported, commit_reported
 from twopc._reports import TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
@@ -254,8 +253,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
                     batchId,
                 )
         with leaving_twopc(setup.sink_id, batchId):
-            commit_reported(
-                setup.coordinator(),
+            setup.coordinator().commit_reported(
                 setup.query_id,
                 batchId,
                 _reports(messages),
@@ -284,7 +282,7 @@ class _BatchWriter(DataSourceArrowWriter):
         assert setup.query_id is not None
         assert setup.batch_id is not None
         with leaving_twopc(setup.sink_id, setup.batch_id):
-            commit_reported(setup.coordinator(), setup.query_id, setup.batch_id, _reports(messages))
+            setup.coordinator().commit_reported(setup.query_id, setup.batch_id, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.setup.query_id is not None
@@ -335,7 +333,7 @@ def _abort(
 ) -> None:
     try:
         with leaving_twopc(setup.sink_id, batch_id):
-            abort_reported(setup.coordinator(), query_id, batch_id, _reports(messages))
+            setup.coordinator().abort_reported(query_id, batch_id, _reports(messages))
     except TwoPCError:
         # Spark is already failing the batch; its own error is the one users need. What
         # this left, the next batch's clean-up or `twopc recover` removes.
