@@ -14,7 +14,9 @@ How Spark drives it, and what follows from it:
 
 Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
 backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
-``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``).
+``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``, and every
+``progress_*`` option: the progress reporter of a streaming query, see
+:func:`_progress_reporter`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pyspark.sql.datasource import (
 )
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
-from twopc._boundary import leaving_twopc
+from twopc._boundary import leaving_sink, leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
@@ -43,7 +45,7 @@ from twopc._phase1 import Phase1Task
 from twopc._reports import TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
-from twopc.errors import BackendNotInstalledError, ConfigurationError, TwoPCError
+from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
 from twopc.progress import ProgressReporter, kafka_offsets_of
@@ -55,16 +57,8 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_PROGRESS_OPTIONS = ("progress_group", "progress_bootstrap_servers", "progress_options")
-_OWN_OPTIONS = (
-    "sink",
-    "sink_id",
-    "commit_log",
-    "commit_log_options",
-    "write_id",
-    "faults",
-    *_PROGRESS_OPTIONS,
-)
+_PROGRESS_PREFIX = "progress_"
+_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
 _SPARK_OPTIONS = ("checkpointlocation",)
 
 
@@ -107,7 +101,9 @@ class _Setup:
         sink_options = {
             key: value
             for key, value in options.items()
-            if key.lower() not in _OWN_OPTIONS and key.lower() not in _SPARK_OPTIONS
+            if key.lower() not in _OWN_OPTIONS
+            and key.lower() not in _SPARK_OPTIONS
+            and not key.lower().startswith(_PROGRESS_PREFIX)
         }
         factory = registry().spec(backend).load()
         sink = registry().create_sink(backend, **typed_options(backend, factory, sink_options))
@@ -145,7 +141,7 @@ class _Setup:
             query_id = batch_query_id(sink_id, validate_write_id(write_id, sink_id))
         faults = lowered.get("faults")
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
-        progress = _progress_group(lowered, sink_id, streaming=streaming)
+        progress = _progress_reporter(lowered, sink_id, streaming=streaming)
         return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan, progress)
 
     def coordinator(self) -> Coordinator:
@@ -290,35 +286,46 @@ class _BatchWriter(DataSourceArrowWriter):
         _abort(self.setup, self.setup.query_id, self.setup.batch_id, messages)
 
 
-def _progress_group(
+def _progress_reporter(
     options: Mapping[str, str], sink_id: str, *, streaming: bool
 ) -> ProgressReporter | None:
-    """The consumer group that shows a streaming query's progress on its Kafka source
-    (``progress_group``, ``progress_bootstrap_servers``, ``progress_options``)."""
-    group = options.get("progress_group")
-    if not group:
+    """The progress reporter a streaming query's ``progress_*`` options describe, built by
+    the plugin that provides its kind: ``progress_kind`` (default: the one kind installed),
+    ``progress_options`` (a JSON object of client settings, e.g. credentials), and every
+    other ``progress_<key>`` as the reporter's ``<key>`` (for a Kafka consumer group:
+    ``progress_group`` and ``progress_bootstrap_servers``). ``None`` without any."""
+    given = {
+        key[len(_PROGRESS_PREFIX) :]: value
+        for key, value in options.items()
+        if key.startswith(_PROGRESS_PREFIX)
+    }
+    if not given:
         return None
     if not streaming:
         raise ConfigurationError(
-            "progress_group reports a streaming query's Kafka source offsets; a batch write "
-            "has none: drop the option",
+            "the progress_* options report a streaming query's source offsets; a batch write "
+            "has none: drop them",
             sink_id=sink_id,
         )
-    servers = options.get("progress_bootstrap_servers")
-    if not servers:
-        raise ConfigurationError(
-            "progress_group needs .option('progress_bootstrap_servers', ...): the brokers of "
-            "the source's cluster",
-            sink_id=sink_id,
+    config = _json_object(given.pop("options", None), "progress_options") or {}
+    with leaving_sink(sink_id, wrap=ConfigurationError, what="the progress_* options: "):
+        kind = given.pop("kind", None) or _only_progress_kind()
+        return registry().create_progress_reporter({**given, "kind": kind}, config)
+
+
+def _only_progress_kind() -> str:
+    kinds = registry().progress_kinds()
+    if len(kinds) == 1:
+        return kinds[0]
+    if not kinds:
+        raise BackendNotFoundError(
+            "the progress_* options need a progress reporter, and no installed plugin "
+            "provides one (`twopc plugins` lists the plugins)"
         )
-    config = _json_object(options.get("progress_options"), "progress_options") or {}
-    try:
-        from twopc_kafka.progress import ConsumerGroup
-    except ModuleNotFoundError as exc:
-        raise BackendNotInstalledError(
-            'progress_group needs confluent-kafka: pip install "twopc[kafka]"'
-        ) from exc
-    return ConsumerGroup(group, servers, config=config)
+    raise ConfigurationError(
+        f"several progress reporters are installed ({', '.join(kinds)}): choose one with "
+        '.option("progress_kind", ...)'
+    )
 
 
 def _finish_decided(setup: _Setup) -> None:

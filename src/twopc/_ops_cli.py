@@ -30,7 +30,7 @@ from twopc._status import (
 )
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import TwoPCError
-from twopc.plugins import create_sink
+from twopc.plugins import create_sink, registry
 from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 
@@ -225,8 +225,9 @@ def _run(args: argparse.Namespace, action: Any) -> int:
 
 
 def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
-    """How ``twopc status`` reaches the progress group a decision names (a Kafka consumer
-    group, through ``twopc_kafka``), with the connection settings given on the command line."""
+    """How ``twopc status`` reaches the progress reporter a decision names (e.g. a Kafka
+    consumer group): through the plugin that provides its kind, with the client settings
+    given on the command line."""
     if args.no_group:
         return None
     config: dict[str, Any] = dict(_pairs(args.group_option, "--group-option"))
@@ -238,13 +239,7 @@ def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
         config[key] = os.environ[variable]
 
     def resolve(described: Mapping[str, Any]) -> ProgressReporter:
-        if described.get("kind") != "kafka-consumer-group":
-            raise UsageError(f"no reader for progress kind {described.get('kind')!r}")
-        from twopc_kafka import ConsumerGroup
-
-        return ConsumerGroup(
-            str(described["group"]), str(described["bootstrap_servers"]), config=config
-        )
+        return registry().create_progress_reporter(described, config)
 
     return resolve
 

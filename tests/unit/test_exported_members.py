@@ -102,6 +102,7 @@ PUBLIC = {
         "PluginRegistry",
         "ProgressInTask",
         "ProgressReporter",
+        "ProgressSpec",
         "QueryStatus",
         "RecoveryReport",
         "RecoveryScope",
