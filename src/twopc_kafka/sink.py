@@ -23,7 +23,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,14 +71,19 @@ MODES = ("per_partition", "atomic")
 
 @dataclass(frozen=True)
 class KafkaPayload(Payload):
-    """A task's committable: its transactional id and rows, or that it found its marker
-    and wrote nothing (``skipped``)."""
+    """A task's committable: its transactional id and the rows it wrote (0 when it found
+    its marker and wrote nothing; ``commit_in_task`` says so). Version 1 also carried a
+    ``skipped`` flag that nothing read; it is dropped when read."""
 
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
 
     transactional_id: str
     rows: int
-    skipped: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> KafkaPayload:
+        return cls(str(data["transactional_id"]), int(data["rows"]))
 
 
 class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], CommitsProgressInTask):
@@ -401,7 +406,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
 
     def pre_commit(self, txn: KafkaTransaction) -> Committable:
         ctx = txn.ctx
-        payload = KafkaPayload(txn.transactional_id, txn.rows, skipped=txn.skip)
+        payload = KafkaPayload(txn.transactional_id, 0 if txn.skip else txn.rows)
         if not txn.skip:
             group = self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition)
             if self.marker_log is not None:
