@@ -522,13 +522,14 @@ class Coordinator:
         rejected = [r for r in by_partition.values() if r.outcome is TaskOutcome.REJECTED]
         if rejected:
             first = min(rejected, key=lambda r: r.partition)
+            cause = first.rejection().at(sink_id=self.sink_id, batch_id=batch_id)
             raise BatchFailedError(
-                f"{first.error} ({len(rejected)} of {len(by_partition)} partition(s) rejected "
-                f"their data; {_WHAT_STAYS[self.path]})",
+                f"{cause.cause_message} ({len(rejected)} of {len(by_partition)} partition(s) "
+                f"rejected their data; {_WHAT_STAYS[self.path]})",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
                 partition=first.partition,
-            )
+            ) from cause
         expected = set(range(len(by_partition)))
         if set(by_partition) != expected:
             raise BatchFailedError(

@@ -160,6 +160,14 @@ class _SparkEngine:
         try:
             rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
         except Exception as exc:
+            # The one place twopc reads structure out of message text, because nothing else
+            # reaches the driver: a task's Python exception is formatted into a string on
+            # the executor, carried inside the JVM's SparkException, and handed back through
+            # py4j (or Spark Connect) as text; the exception object, its class and its
+            # sink/batch/partition never cross. What must keep its class does not go this
+            # way: data a sink rejects is reported in-band, in the task's report (see
+            # Phase1Task._rejected). Everything else here failed after Spark's own retries,
+            # so a SinkError that quotes the worker's error line is all that is left to say.
             raise SinkError(f"the Spark job failed: {_worker_error(exc)}") from exc
         if tracker is not None:
             self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before

@@ -161,11 +161,15 @@ def test_a_foreign_error_in_commit_is_stamped_once_and_not_retried(
     assert sink.calls == 1
 
 
+class SchemaMismatch(twopc.PermanentSinkError):
+    """A sink's own kind of bad input."""
+
+
 class RejectingSink(MemoryDriverSink):
     """Rejects every batch without saying where: the core fills that in."""
 
     def invoke(self, txn: Any, batch: pa.RecordBatch) -> None:
-        raise twopc.PermanentSinkError("column 'region' is missing")
+        raise SchemaMismatch("column 'region' is missing")
 
 
 def test_bad_input_fails_the_batch_names_it_and_nothing_is_visible(
@@ -176,6 +180,11 @@ def test_bad_input_fails_the_batch_names_it_and_nothing_is_visible(
     error = failure.value
     assert (error.sink_id, error.batch_id, error.partition) == ("orders", 3, 0)
     assert "'region'" in str(error) and "2 of 2 partition(s)" in str(error)
+    # the sink's error travelled in the task's report and keeps its class
+    cause = error.__cause__
+    assert isinstance(cause, SchemaMismatch)
+    assert (cause.sink_id, cause.batch_id, cause.partition) == ("orders", 3, 0)
+    assert cause.cause_message == "column 'region' is missing"
     assert store.visible == [] and store.prepared == {}
 
 
