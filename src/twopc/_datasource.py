@@ -97,6 +97,19 @@ class _Setup:
                 '`twopc plugins` lists) and .option("sink_id", "<stable name>")'
             )
         sink_id = validate_sink_id(lowered.get("sink_id", ""))
+        with leaving_twopc(sink_id):  # names the sink in every error below
+            return cls._for_sink(options, lowered, backend, sink_id, streaming=streaming)
+
+    @classmethod
+    def _for_sink(
+        cls,
+        options: Mapping[str, str],
+        lowered: Mapping[str, str],
+        backend: str,
+        sink_id: str,
+        *,
+        streaming: bool,
+    ) -> _Setup:
         checkpoint = lowered.get("checkpointlocation") or None
         sink_options = {
             key: value
@@ -119,7 +132,6 @@ class _Setup:
                 raise ConfigurationError(
                     f'{sink.describe()} writes each batch in one task, which format("twopc") '
                     "cannot arrange; use twopc.foreach_batch(...) for it",
-                    sink_id=sink_id,
                 )
         else:
             check_batch_sink(sink, sink_id)
@@ -127,7 +139,6 @@ class _Setup:
                 raise ConfigurationError(
                     f'{sink.describe()} writes a batch in one task, which format("twopc") '
                     "cannot arrange; use twopc.write_batch(df.repartition(1), ...)",
-                    sink_id=sink_id,
                 )
             write_id = lowered.get("write_id")
             if not write_id:
@@ -135,7 +146,6 @@ class _Setup:
                     'a batch write with format("twopc") needs .option("write_id", KEY): its '
                     "idempotency key (a date, a job run id); writing the same key again "
                     "writes nothing",
-                    sink_id=sink_id,
                 )
             batch_id = BATCH_ID
             query_id = batch_query_id(sink_id, validate_write_id(write_id, sink_id))
@@ -194,16 +204,16 @@ class TwopcDataSource(DataSource):
                 "would write the whole result again every batch: use append or update"
             )
         setup = _Setup.from_options(self.options, streaming=True)
-        if setup.query_id is None:
-            raise ConfigurationError(
-                'format("twopc") needs the query\'s checkpoint: set '
-                '.option("checkpointLocation", ...) on the writeStream (the query id is read '
-                "from its metadata file)",
-                sink_id=setup.sink_id,
-            )
-        _finish_decided(setup)
-        if setup.progress is not None:  # refused before any task writes
-            setup.progress.check(setup.sink_id)
+        with leaving_twopc(setup.sink_id):
+            if setup.query_id is None:
+                raise ConfigurationError(
+                    'format("twopc") needs the query\'s checkpoint: set '
+                    '.option("checkpointLocation", ...) on the writeStream (the query id is '
+                    "read from its metadata file)"
+                )
+            _finish_decided(setup)
+            if setup.progress is not None:  # refused before any task writes
+                setup.progress.check(setup.sink_id)
         return _StreamWriter(setup)
 
     def writer(self, schema: Any, overwrite: bool) -> _BatchWriter:
@@ -212,7 +222,8 @@ class TwopcDataSource(DataSource):
                 'format("twopc") appends or upserts: use mode("append"), not overwrite'
             )
         setup = _Setup.from_options(self.options, streaming=False)
-        _finish_decided(setup)
+        with leaving_twopc(setup.sink_id):
+            _finish_decided(setup)
         return _BatchWriter(setup)
 
 
@@ -304,8 +315,7 @@ def _progress_reporter(
     if not streaming:
         raise ConfigurationError(
             "the progress_* options report a streaming query's source offsets; a batch write "
-            "has none: drop them",
-            sink_id=sink_id,
+            "has none: drop them"
         )
     config = _json_object(given.pop("options", None), "progress_options") or {}
     with leaving_sink(sink_id, wrap=ConfigurationError, what="the progress_* options: "):
@@ -329,8 +339,7 @@ def _only_progress_kind() -> str:
 
 
 def _finish_decided(setup: _Setup) -> None:
-    with leaving_twopc(setup.sink_id):
-        finished = setup.coordinator().finish_decided()
+    finished = setup.coordinator().finish_decided()
     if finished:
         _log.info("twopc sink=%s: finished %d decided batch(es)", setup.sink_id, finished)
 

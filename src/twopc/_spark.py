@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from twopc._boundary import leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskReport
@@ -203,9 +204,15 @@ class SparkBatchWriter(BatchWriter):
         self._speculation: bool | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """One micro-batch. Everything that leaves is a twopc error naming the sink and
+        the batch: the stamp is put on here, once, for every check below."""
+        with leaving_twopc(self.sink_id, int(batch_id)):
+            self._call(df, int(batch_id))
+
+    def _call(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
         if is_connect_session(spark):
-            self._call_over_connect(df, int(batch_id))
+            self._call_over_connect(df, batch_id)
             return
         context = spark.sparkContext
         query_id = context.getLocalProperty(_QUERY_ID_KEY)
@@ -213,12 +220,10 @@ class SparkBatchWriter(BatchWriter):
             raise ConfigurationError(
                 "no streaming query id: call the writer from "
                 "df.writeStream.foreachBatch(...), not directly",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         run_id = context.getLocalProperty(_RUN_ID_KEY) or ""
         if query_id not in self._checked_queries:
-            _refuse_inexact_modes(spark, query_id, self.sink_id, batch_id)
+            _refuse_inexact_modes(spark, query_id)
             self._checked_queries.add(query_id)
 
         if self._speculation is None:
@@ -228,7 +233,7 @@ class SparkBatchWriter(BatchWriter):
                 _checkpoint_root(spark, query_id) or self._checkpoint_location
             )
         checkpoint = self._checkpoints[query_id]
-        self._write(df, int(batch_id), query_id, checkpoint, run_id)
+        self._write(df, batch_id, query_id, checkpoint, run_id)
 
     def _call_over_connect(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch started from a Spark Connect client: the function runs in a Python
@@ -240,8 +245,6 @@ class SparkBatchWriter(BatchWriter):
                 "over Spark Connect, twopc cannot discover the query's checkpoint: pass "
                 "checkpoint_location=<the query's checkpointLocation> to "
                 "twopc.foreach_batch(...)",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         # the checkpoint's query id never changes: read its metadata file once
         query_id = self._connect_query_id = self._connect_query_id or query_id_of(checkpoint)
@@ -249,8 +252,6 @@ class SparkBatchWriter(BatchWriter):
             raise ConfigurationError(
                 f"no query id in {checkpoint}/metadata: checkpoint_location must be the "
                 "query's own checkpointLocation",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         if self._speculation is None:
             setting = df.sparkSession.conf.get("spark.speculation", "false")
@@ -292,8 +293,6 @@ class SparkBatchWriter(BatchWriter):
                 "holds no Kafka source's offsets: use it with queries that read Kafka "
                 "(spark.readStream.format('kafka')), or drop progress="
                 + ("" if checkpoint else "; pass checkpoint_location=... if the query has one"),
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         return offsets
 
@@ -397,7 +396,7 @@ def _checkpoint_root(spark: Any, query_id: str) -> str | None:
         return None
 
 
-def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int) -> None:
+def _refuse_inexact_modes(spark: Any, query_id: str) -> None:
     """Asynchronous progress tracking and real-time mode give up exactly-once."""
     execution = _streaming_query(spark, query_id)
     if execution is None:
@@ -411,14 +410,10 @@ def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int
         raise ConfigurationError(
             "asynchronous progress tracking (asyncProgressTrackingEnabled) gives up "
             "exactly-once; turn it off for queries that use twopc",
-            sink_id=sink_id,
-            batch_id=batch_id,
         )
     if "RealTime" in trigger or "RealTime" in kind:
         raise ConfigurationError(
             "real-time mode gives up exactly-once; use a micro-batch trigger with twopc",
-            sink_id=sink_id,
-            batch_id=batch_id,
         )
 
 

@@ -62,8 +62,7 @@ def resolve_commit_log(
         return join(checkpoint_root, "twopc", sink_id), storage_options
     raise ConfigurationError(
         "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
-        "(for example a directory next to the query's checkpoint)",
-        sink_id=sink_id,
+        "(for example a directory next to the query's checkpoint)"
     )
 
 
