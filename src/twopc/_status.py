@@ -74,6 +74,14 @@ class ItemKind(StrEnum):
     OPEN = WorkKind.OPEN.value
 
 
+_ITEM_KIND = {
+    WorkKind.PREPARED: ItemKind.PREPARED,
+    WorkKind.UNPREPARED: ItemKind.UNPREPARED,
+    WorkKind.OPEN: ItemKind.OPEN,
+}
+"""What a sink's pending work is as a status item."""
+
+
 @dataclass(frozen=True)
 class StatusItem:
     """One thing recovery would act on, and the action."""
@@ -312,7 +320,7 @@ def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | No
             action, why = Action.ABORT, "no decision for the batch"
         detail = f"{why}; {work.detail}" if work.detail else why
     return StatusItem(
-        kind=ItemKind(work.kind.value),
+        kind=_ITEM_KIND[work.kind],
         ident=work.ident,
         action=action,
         query_id=work.query_id,

@@ -13,7 +13,7 @@ from typing import Any
 from twopc._boundary import leaving_twopc
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
-from twopc._liveness import Heartbeat, this_host
+from twopc._liveness import Heartbeat, HeartbeatState, this_host
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import check_roles
 from twopc._phase1 import BatchEngine
@@ -137,7 +137,7 @@ class BatchWriter:
         )
 
     def _heartbeat(
-        self, coordinator: Coordinator, query_id: str, batch_id: int, state: str
+        self, coordinator: Coordinator, query_id: str, batch_id: int, state: HeartbeatState
     ) -> None:
         """Best effort: a lost heartbeat must not fail a batch whose data is fine."""
         record = Heartbeat(
@@ -184,7 +184,7 @@ class BatchWriter:
     ) -> BatchMetrics:
         with leaving_twopc(self.sink_id, batch_id):
             coordinator = self.coordinator(checkpoint_root)
-        self._heartbeat(coordinator, query_id, batch_id, "writing")
+        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
         try:
             with leaving_twopc(self.sink_id, batch_id):
                 metrics = coordinator.run_batch(
@@ -196,14 +196,14 @@ class BatchWriter:
                     source_offsets=source_offsets,
                 )
         except TwoPCError as error:
-            self._heartbeat(coordinator, query_id, batch_id, "failed")
+            self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
             self._record(
                 BatchMetrics(
                     self.sink_id, query_id, batch_id, status=BatchStatus.FAILED, error=str(error)
                 )
             )
             raise
-        self._heartbeat(coordinator, query_id, batch_id, "idle")
+        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
         self._record(metrics)
         return metrics
 

@@ -15,7 +15,7 @@ import pytest
 import twopc
 from twopc import CommitLog
 from twopc._commit_log import Decision
-from twopc._liveness import Heartbeat
+from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
 
@@ -26,7 +26,7 @@ HOST = "host-a"
 
 def heartbeat(host: str = HOST, pid: int = 1234, age: float = 0.0, query: str = "q1") -> Heartbeat:
     now = time.time()
-    return Heartbeat("orders", query, host, pid, now - 100, now - age, 3, "idle")
+    return Heartbeat("orders", query, host, pid, now - 100, now - age, 3, HeartbeatState.IDLE)
 
 
 def dead_pid() -> int:
@@ -59,6 +59,12 @@ def test_heartbeat_round_trip_and_format_check() -> None:
     assert Heartbeat.from_bytes(record.to_bytes()) == record
     with pytest.raises(ValueError, match="format"):
         Heartbeat.from_bytes(b'{"format": 99}')
+
+
+def test_a_state_of_another_version_is_read_not_refused() -> None:
+    """The record must still say a writer runs; its state is for people only."""
+    raw = heartbeat().to_bytes().replace(b'"idle"', b'"compacting"')
+    assert Heartbeat.from_bytes(raw).state is HeartbeatState.UNKNOWN
 
 
 def test_the_commit_log_never_reads_the_record_as_a_batch(tmp_path: Path) -> None:
@@ -94,7 +100,11 @@ def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(tmp_path: Path)
     with pytest.raises(twopc.TwoPCError):
         stream.run(failing)
     (record,) = log.heartbeats()
-    assert (record.query_id, record.batch_id, record.state) == (stream.query_id, 1, "failed")
+    assert (record.query_id, record.batch_id, record.state) == (
+        stream.query_id,
+        1,
+        HeartbeatState.FAILED,
+    )
     assert (record.host, record.pid) == (socket.gethostname(), os.getpid())
 
     stream.run(foreach_batch(sink, "orders", processes=False))

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import local_query, read_ids, run_process, staged_attempts
 from twopc import CommitLog
-from twopc._liveness import Heartbeat
+from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.cli import main
 
 SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
@@ -114,7 +114,16 @@ def _pretend_running(out: Path, host: str, updated_ago: float) -> None:
     (crashed,) = log.heartbeats()
     now = time.time()
     log.write_heartbeat(
-        Heartbeat(SINK_ID, crashed.query_id, host, os.getpid(), now, now - updated_ago, 2, "idle")
+        Heartbeat(
+            SINK_ID,
+            crashed.query_id,
+            host,
+            os.getpid(),
+            now,
+            now - updated_ago,
+            2,
+            HeartbeatState.IDLE,
+        )
     )
 
 

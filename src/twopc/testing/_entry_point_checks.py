@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from twopc._metrics import BatchStatus
 from twopc.testing._base import SinkChecks, expect, guarantee
 from twopc.testing._runner import batch_ids
 from twopc.testing._spark_checks import INPUT_SCHEMA, spark_input, spark_session
@@ -78,9 +79,9 @@ class EntryPointChecks(SinkChecks):
         again = twopc.write_batch(
             frame, self.make_sink(target), sink_id, write_id="k1", commit_log=log
         )
-        statuses = (str(first.status), str(again.status))
+        statuses = (first.status, again.status)
         expect(
-            statuses == ("committed", "skipped"),
+            statuses == (BatchStatus.COMMITTED, BatchStatus.SKIPPED),
             "batch-write",
             f"the same write_id written twice ran as {statuses}",
         )
