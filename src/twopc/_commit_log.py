@@ -107,7 +107,7 @@ class Decision:
     sink's role decides then)."""
     progress: DecidedProgress | None = None
     """The batch's source offsets and where they are published (queries that report
-    progress to a consumer group)."""
+    their progress)."""
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {

@@ -254,8 +254,9 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             offsets = kafka_offsets_of(setup.checkpoint, batchId)
             if offsets is None:
                 _log.warning(
-                    "twopc sink=%s batch %d: progress_group is set, but the checkpoint holds "
-                    "no Kafka source offsets for the batch; nothing is published",
+                    "twopc sink=%s batch %d: progress is reported, but the checkpoint holds "
+                    "no source offsets twopc reads (a Kafka source's) for the batch; nothing "
+                    "is published",
                     setup.sink_id,
                     batchId,
                 )

@@ -54,14 +54,15 @@ def add_ops_commands(commands: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a librdkafka setting for the progress group's cluster (TLS, SASL; repeatable)",
+        help="a client setting of the progress reporter, e.g. TLS or SASL settings of a "
+        "Kafka consumer group's cluster (librdkafka names; repeatable)",
     )
     status.add_argument(
         "--group-option-env",
         action="append",
         default=[],
         metavar="KEY=VARIABLE",
-        help="a librdkafka setting for the group's cluster read from the environment "
+        help="a client setting of the progress reporter read from the environment "
         "(secrets; repeatable)",
     )
     status.add_argument(
@@ -359,11 +360,11 @@ def _source_lines(query: QueryStatus) -> list[str]:
             f"{t}[{p}] at {_cell(query.group.committed.get((t, p)))} of {end}"
             for (t, p), end in sorted(query.group.end.items())
         ]
-        lines.append(f"  consumer group {group}: lag {lag} ({', '.join(behind)})")
+        lines.append(f"  progress group {group}: lag {lag} ({', '.join(behind)})")
     elif query.group_error:
-        lines.append(f"  consumer group {group}: cannot read it ({query.group_error})")
+        lines.append(f"  progress group {group}: cannot read it ({query.group_error})")
     else:
-        lines.append(f"  consumer group {group}")
+        lines.append(f"  progress group {group}")
     return lines
 
 

@@ -280,18 +280,18 @@ class SparkBatchWriter(BatchWriter):
                 df.unpersist()
 
     def _source_offsets(self, checkpoint: str | None, batch_id: int) -> SourceOffsets | None:
-        """The Kafka offsets the batch ends at, when the writer reports progress; a query
-        without a Kafka source (or whose checkpoint twopc cannot read) is refused before
-        anything is written."""
+        """The source offsets the batch ends at, when the writer reports progress; a query
+        without a source whose offsets twopc reads from the checkpoint (a Kafka source's),
+        or whose checkpoint it cannot read, is refused before anything is written."""
         if self.progress is None:
             return None
         offsets = kafka_offsets_of(checkpoint, batch_id) if checkpoint else None
         if offsets is None:
             where = f"{checkpoint}/offsets/{batch_id}" if checkpoint else "the checkpoint"
             raise ConfigurationError(
-                f"progress=... reports the Kafka offsets each batch consumed, but {where} "
-                "holds no Kafka source's offsets: use it with queries that read Kafka "
-                "(spark.readStream.format('kafka')), or drop progress="
+                f"progress=... reports the source offsets each batch consumed, but {where} "
+                "holds none twopc reads (it reads a Kafka source's): use it with queries "
+                "that read Kafka (spark.readStream.format('kafka')), or drop progress="
                 + ("" if checkpoint else "; pass checkpoint_location=... if the query has one"),
             )
         return offsets
@@ -336,10 +336,12 @@ def foreach_batch(
         checkpoint_location: the query's ``checkpointLocation``. Needed when the query is
             started from a Spark Connect client (the query id is read from its
             ``metadata`` file); classic PySpark discovers it.
-        progress: where to publish the Kafka offsets each batch consumed, for lag tools
-            (``twopc_kafka.ConsumerGroup``): in the batch's own transaction for a Kafka
-            sink in ``atomic`` mode on the group's cluster, else right after the batch's
-            commit. The query must read Kafka. See docs/kafka-to-kafka.md.
+        progress: where to publish the source offsets each batch consumed, for lag tools
+            (a :class:`~twopc.ProgressReporter`, e.g. ``twopc_kafka.ConsumerGroup``): in
+            the batch's own transaction when the sink commits them there (the Kafka sink in
+            ``atomic`` mode on the group's cluster), else right after the batch's commit.
+            The query must read a source whose offsets twopc reads from the checkpoint
+            (Kafka). See docs/kafka-to-kafka.md.
 
     Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
     makes ``twopc recover`` refuse to act while the query runs.

@@ -112,9 +112,10 @@ class QueryStatus:
     target_partitions: dict[int, int] | None
     pending_decisions: tuple[int, ...] = ()
     source: SourceOffsets | None = None
-    """The Kafka offsets the last committed batch ended at (queries that report progress)."""
+    """The source offsets the last committed batch ended at (queries that report progress)."""
     progress_to: dict[str, Any] | None = None
-    """Where those offsets are published (the consumer group, as the decision recorded it)."""
+    """Where those offsets are published (the progress reporter's ``describe()``, as the
+    decision recorded it)."""
     group: GroupProgress | None = None
     """The group's offsets and lag now, when the group could be asked."""
     group_error: str | None = None
@@ -438,8 +439,9 @@ def recover_sink(
     liveness record says a writer runs (the query's own recovery could race with this one
     and abort work it is about to commit), unless ``force``. ``dry_run`` only plans, and
     is never refused.
-    After acting it inspects again; open Kafka transactions take a moment to show as
-    aborted, so it waits up to ``settle_seconds`` for those.
+    After acting it inspects again; work the target aborts on its own time (open
+    transactions that fencing aborts, e.g. Kafka's) takes a moment to show as aborted, so it
+    waits up to ``settle_seconds`` for that.
     """
     plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
     if dry_run:  # changes nothing, so it needs no refusal; the plan shows the writers
