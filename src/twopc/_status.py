@@ -152,11 +152,6 @@ class SinkStatus:
     checked_at: float = field(default_factory=time.time)
 
     @property
-    def in_doubt(self) -> tuple[StatusItem, ...]:
-        """Items recovery would commit, abort, mark done or sweep."""
-        return self.items
-
-    @property
     def running(self) -> tuple[WriterStatus, ...]:
         return tuple(w for w in self.writers if w.running)
 
