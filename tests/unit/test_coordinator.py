@@ -8,7 +8,6 @@ prepared), never the coordinator's own logs.
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,22 +23,12 @@ from twopc._commit_log import Decision
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath
 from twopc.local import LocalEngine
-from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink, memory_store
+from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink
 from twopc_files import FilesSink
 
 pytestmark = pytest.mark.unit
 
 QUERY = "query-1"
-
-
-@pytest.fixture
-def store_name() -> str:
-    return f"coordinator-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def store(store_name: str) -> MemoryStore:
-    return memory_store(store_name)
 
 
 def partitions(batch_id: int, count: int = 2, rows: int = 10) -> list[pa.Table]:

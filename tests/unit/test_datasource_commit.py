@@ -6,7 +6,6 @@ stand in for the backends.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,21 +20,11 @@ from twopc._datasource import TwopcMessage, _Setup, _StreamWriter
 from twopc._paths import CommitPath
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskReport
-from twopc.testing import MemoryDriverSink, MemoryStore, memory_store
+from twopc.testing import MemoryDriverSink, MemoryStore
 
 pytestmark = pytest.mark.unit
 
 QUERY = "8f14e45f-ceea-467f-a0e6-1f2a3b4c5d6e"
-
-
-@pytest.fixture
-def store_name() -> str:
-    return f"datasource-commit-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def store(store_name: str) -> MemoryStore:
-    return memory_store(store_name)
 
 
 def setup_for(sink: twopc.Sink[Any], commit_log: str) -> _Setup:

@@ -162,6 +162,7 @@ def test_the_testing_helpers_are_pinned() -> None:
         "batch_ids",
         "crash_points",
         "default_batch",
+        "forget_store",
         "guarantee",
         "memory_store",
     ]

@@ -1,4 +1,5 @@
-"""The writer's liveness record: how it is judged, where it lives, who writes and removes it."""
+"""The writer's liveness record: how it is judged, where it lives, who writes and removes it
+(over the in-memory reference sink: the record is the writer's, whatever the backend)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from twopc._commit_log import Decision
 from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
+from twopc.testing import MemoryDriverSink
 
 pytestmark = pytest.mark.unit
 
@@ -90,12 +92,19 @@ def _stream(tmp_path: Path) -> LocalStream:
     return LocalStream(str(tmp_path / "chk"), [[table], [table]])
 
 
-def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(tmp_path: Path) -> None:
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
-    log = CommitLog(sink.default_commit_log("orders") or "")
+def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(
+    tmp_path: Path, store_name: str
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    url = str(tmp_path / "log")
+    log = CommitLog(url)
     stream = _stream(tmp_path)
     failing = foreach_batch(
-        sink, "orders", processes=False, faults=FaultPlan.parse("before_decision:raise@batch=1")
+        sink,
+        "orders",
+        commit_log=url,
+        processes=False,
+        faults=FaultPlan.parse("before_decision:raise@batch=1"),
     )
     with pytest.raises(twopc.TwoPCError):
         stream.run(failing)
@@ -107,5 +116,5 @@ def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(tmp_path: Path)
     )
     assert (record.host, record.pid) == (socket.gethostname(), os.getpid())
 
-    stream.run(foreach_batch(sink, "orders", processes=False))
+    stream.run(foreach_batch(sink, "orders", commit_log=url, processes=False))
     assert log.heartbeats() == []
