@@ -272,6 +272,26 @@ def test_old_log_entries_are_pruned(tmp_path: Path, store_name: str, store: Memo
     assert Counter(store.visible) == once(0, 1, 2, 3, 4)
 
 
+def test_a_batch_after_a_committed_one_lists_the_log_once(
+    tmp_path: Path, store_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, log_retention=2)
+    for batch_id in range(3):
+        coord.run_batch(QUERY, batch_id, engine(batch_id))
+    listed: Counter[str] = Counter()
+    for name in ("query_ids", "_batch_files", "decided_batches", "is_done"):
+        method = getattr(CommitLog, name)
+
+        def counting(self: CommitLog, *args: Any, _name: str = name, _m: Any = method) -> Any:
+            listed[_name] += 1
+            return _m(self, *args)
+
+        monkeypatch.setattr(CommitLog, name, counting)
+    coord.run_batch(QUERY, 3, engine(3))  # past the retention: it prunes batch 1
+    assert listed == Counter({"_batch_files": 1})
+    assert coord.commit_log.decided_batches(QUERY) == [2, 3]
+
+
 def test_task_retries_replace_a_failed_attempt(
     tmp_path: Path, store_name: str, store: MemoryStore
 ) -> None:
