@@ -9,8 +9,20 @@ outside phase 1: ``total - write``, where ``write`` is phase 1 itself. Two sinks
 * ``files``: the files sink on the local disk (rename-based commit, decision next to the
   data), the cheapest real backend.
 
+``--entry format`` measures ``format("twopc")``'s driver side instead: Spark runs it in a
+fresh Python process per batch, so each batch gets new coordinators, one where the writer is
+planned (it finishes decided batches) and one for ``commit``, which reads everything it
+checks from the commit log. ``null-task`` is a sink that commits in the task (the path
+that also looks for open work of earlier runs). ``--other-queries N`` puts N earlier
+queries (old checkpoints), each with finished batches, in the log first: the format path
+reads the whole log, so its cost grows with them.
+
+Every line also counts the commit log's storage calls per batch (median): directory
+listings, ``exists`` checks and file reads, under the log's root only.
+
 It runs against whichever twopc is importable, also one from before the v2 contract
-(0.1), so that the same script measures before and after a change::
+(0.1, ``--entry foreach`` only), so that the same script measures before and after a
+change::
 
     .venv/bin/python -m benchmarks.coordination --batches 300
     /path/to/old/checkout/.venv/bin/python benchmarks/coordination.py --batches 300
@@ -23,13 +35,15 @@ busy machine; the wall-clock figures need a quiet one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +55,7 @@ from twopc.local import LocalEngine
 
 try:  # v2
     from twopc._coordinator import Coordinator
+    from twopc._paths import CommitPath
 except ImportError:  # pragma: no cover - 0.1 exported it
     Coordinator = twopc.Coordinator  # type: ignore[attr-defined]
 
@@ -93,6 +108,34 @@ class NullSink(twopc.Sink[_Txn], *_ROLE):  # type: ignore[misc]
         return []
 
 
+if _V2:
+
+    class NullTaskSink(twopc.Sink[_Txn], twopc.CommitsInTask[_Txn]):
+        """Commits nothing in the task; keeps no markers: the in-task path's own cost."""
+
+        backend_name = "null-task"
+
+        def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
+            return _Txn(ctx)
+
+        def invoke(self, txn: _Txn, batch: pa.RecordBatch) -> None:
+            txn.rows += batch.num_rows
+
+        def pre_commit(self, txn: _Txn) -> twopc.Committable:
+            return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
+
+        def abort(self, txn: _Txn) -> None:
+            return None
+
+        def commit_in_task(self, txn: _Txn) -> twopc.CommitOutcome:
+            return twopc.CommitOutcome.COMMITTED
+
+        def committed_partitions(
+            self, scope: twopc.RecoveryScope, batch_id: int, footprint: twopc.Footprint
+        ) -> set[int] | None:
+            return set()
+
+
 def _partitions(batch_id: int, partitions: int, rows: int) -> list[pa.Table]:
     start = batch_id * partitions * rows
     return [
@@ -101,29 +144,142 @@ def _partitions(batch_id: int, partitions: int, rows: int) -> list[pa.Table]:
     ]
 
 
-def measure(sink_name: str, batches: int, partitions: int, rows: int) -> dict[str, Any]:
-    """Milliseconds per batch outside phase 1, over ``batches`` batches of one query."""
+_COUNTED = {"ls": "listings", "exists": "exists", "cat_file": "reads"}
+
+
+@contextlib.contextmanager
+def _counting_log_calls(log: Any) -> Iterator[Counter[str]]:
+    """Count the storage calls under ``log``'s root (fsspec caches filesystem instances,
+    so the data's own calls go through the same object and are left out by path)."""
+    fs, root = log._fs, log._root
+    counts: Counter[str] = Counter()
+    originals = {name: getattr(fs, name) for name in _COUNTED}
+
+    def counted(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(path: str, *args: Any, **kwargs: Any) -> Any:
+            if str(path).startswith(root):
+                counts[_COUNTED[name]] += 1
+            return call(path, *args, **kwargs)
+
+        return wrapper
+
+    for name, call in originals.items():
+        setattr(fs, name, counted(name, call))
+    try:
+        yield counts
+    finally:
+        for name in originals:
+            delattr(fs, name)  # the class's own methods again
+
+
+def _sink(name: str, work: str) -> twopc.Sink[Any]:
+    if name == "null":
+        return NullSink()
+    if name == "null-task":
+        return NullTaskSink()
+    return twopc.create_sink("files", path=f"{work}/out")
+
+
+def _fill_other_queries(log: Any, sink: twopc.Sink[Any], queries: int, batches: int = 3) -> None:
+    """``queries`` earlier queries, each with ``batches`` finished batches."""
+    from twopc._commit_log import BatchRun, Decision
+
+    path = CommitPath.of(sink)
+    for q in range(queries):
+        query_id = f"earlier-{q:03d}"
+        for batch_id in range(batches):
+            run = BatchRun(twopc.Footprint(sink.naming(), 2), None, path=path)
+            log.record_run(query_id, batch_id, run)
+            log.record_decision(Decision("bench", query_id, batch_id, (), path=path))
+            log.mark_done(query_id, batch_id)
+
+
+def _commit_reported() -> Callable[..., Any]:
+    """The format path's commit: a coordinator method now, a module function before."""
+    if hasattr(Coordinator, "commit_reported"):
+        return lambda c, *args: c.commit_reported(*args)
+    from twopc._reported import commit_reported  # type: ignore[import-not-found,unused-ignore]
+
+    return commit_reported  # type: ignore[no-any-return,unused-ignore]
+
+
+def _foreach_batches(
+    sink: twopc.Sink[Any], log_url: str, batches: int, partitions: int, rows: int
+) -> Iterator[tuple[float, float, float]]:
+    """``foreach_batch``: one coordinator runs every batch. Yields (outside phase 1,
+    recovery, CPU) in milliseconds per batch."""
+    coordinator = Coordinator(sink, "bench", twopc.CommitLog(log_url))
+    for batch_id in range(batches):
+        engine = LocalEngine(_partitions(batch_id, partitions, rows), processes=False)
+        before = time.process_time()
+        metrics = coordinator.run_batch("query", batch_id, engine)
+        cpu = (time.process_time() - before) * 1000
+        outside = (metrics.total_seconds - metrics.write_seconds) * 1000
+        yield outside, metrics.recover_seconds * 1000, cpu
+
+
+def _format_batches(
+    sink: twopc.Sink[Any], log_url: str, batches: int, partitions: int, rows: int
+) -> Iterator[tuple[float, float, float]]:
+    """``format("twopc")``: per batch a coordinator where the writer is planned (finishing
+    decided batches), phase 1 inline, then a fresh coordinator for ``commit``."""
+    from twopc._phase1 import Phase1Task
+
+    commit = _commit_reported()
+    path = CommitPath.of(sink)
+    for batch_id in range(batches):
+        tables = _partitions(batch_id, partitions, rows)
+        before = time.process_time()
+        started = time.perf_counter()
+        Coordinator(sink, "bench", twopc.CommitLog(log_url)).finish_decided()
+        planned = time.perf_counter() - started
+        task = Phase1Task(sink, "bench", "query", batch_id, path)
+        reports = [task.run(p, 0, table.to_batches()) for p, table in enumerate(tables)]
+        committing = time.perf_counter()
+        commit(Coordinator(sink, "bench", twopc.CommitLog(log_url)), "query", batch_id, reports)
+        outside = planned + time.perf_counter() - committing
+        yield outside * 1000, 0.0, (time.process_time() - before) * 1000
+
+
+def measure(
+    sink_name: str,
+    batches: int,
+    partitions: int,
+    rows: int,
+    *,
+    entry: str = "foreach",
+    other_queries: int = 0,
+) -> dict[str, Any]:
+    """Milliseconds per batch outside phase 1, over ``batches`` batches of one query, and
+    the commit log's storage calls per batch."""
     with tempfile.TemporaryDirectory(prefix="twopc-coord-") as work:
-        sink: twopc.Sink[Any] = (
-            NullSink() if sink_name == "null" else twopc.create_sink("files", path=f"{work}/out")
-        )
-        log = twopc.CommitLog(f"{work}/log")
-        coordinator = Coordinator(sink, "bench", log)
+        sink = _sink(sink_name, work)
+        log_url = f"{work}/log"
+        if other_queries:
+            _fill_other_queries(twopc.CommitLog(log_url), sink, other_queries)
         outside: list[float] = []
         recover: list[float] = []
         cpu: list[float] = []
+        calls: list[Counter[str]] = []
+        run = _format_batches if entry == "format" else _foreach_batches
         started = time.perf_counter()
-        for batch_id in range(batches):
-            engine = LocalEngine(_partitions(batch_id, partitions, rows), processes=False)
-            before = time.process_time()
-            metrics = coordinator.run_batch("query", batch_id, engine)
-            cpu.append((time.process_time() - before) * 1000)
-            outside.append((metrics.total_seconds - metrics.write_seconds) * 1000)
-            recover.append(metrics.recover_seconds * 1000)
+        # fsspec hands every CommitLog of this URL the same filesystem object: the
+        # coordinators' calls are counted through this one
+        with _counting_log_calls(twopc.CommitLog(log_url)) as counts:
+            for out, rec, used in run(sink, log_url, batches, partitions, rows):
+                outside.append(out)
+                recover.append(rec)
+                cpu.append(used)
+                calls.append(Counter(counts))
+                counts.clear()
         elapsed = time.perf_counter() - started
-    steady = outside[min(10, len(outside) - 1) :]  # after the first batches' recovery
+    first = min(10, len(outside) - 1)  # after the first batches' recovery
+    steady = outside[first:]
+    counted = calls[first:]
     return {
         "sink": sink_name,
+        "entry": entry,
+        "other_queries": other_queries,
         "batches": batches,
         "partitions": partitions,
         "rows_per_partition": rows,
@@ -131,10 +287,13 @@ def measure(sink_name: str, batches: int, partitions: int, rows: int) -> dict[st
         "p95_ms": round(sorted(steady)[int(0.95 * (len(steady) - 1))], 3),
         "mean_ms": round(statistics.fmean(steady), 3),
         "first_batch_ms": round(outside[0], 3),
-        "recover_median_ms": round(statistics.median(recover[min(10, len(recover) - 1) :]), 3),
+        "recover_median_ms": round(statistics.median(recover[first:]), 3),
         # CPU time of the whole batch (phase 1 included, inline): what the process did,
         # whatever else the machine ran meanwhile
-        "cpu_median_ms": round(statistics.median(cpu[min(10, len(cpu) - 1) :]), 3),
+        "cpu_median_ms": round(statistics.median(cpu[first:]), 3),
+        "log_calls_per_batch": {
+            kind: statistics.median(c[kind] for c in counted) for kind in _COUNTED.values()
+        },
         "wall_seconds": round(elapsed, 2),
     }
 
@@ -157,13 +316,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rows", type=int, default=500, help="rows per partition")
-    parser.add_argument("--sink", action="append", choices=["null", "files"], default=[])
+    parser.add_argument(
+        "--sink", action="append", choices=["null", "null-task", "files"], default=[]
+    )
+    parser.add_argument(
+        "--entry",
+        choices=["foreach", "format"],
+        default="foreach",
+        help='foreach_batch (one coordinator), or format("twopc") (fresh ones per batch)',
+    )
+    parser.add_argument(
+        "--other-queries", type=int, default=0, help="earlier queries in the log beforehand"
+    )
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "coordination.json"
     )
     args = parser.parse_args(argv)
     results = [
-        measure(name, args.batches, args.partitions, args.rows)
+        measure(
+            name,
+            args.batches,
+            args.partitions,
+            args.rows,
+            entry=args.entry,
+            other_queries=args.other_queries,
+        )
         for name in (args.sink or ["null", "files"])
     ]
     document = {
@@ -177,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{document['contract']} {r['sink']:<6} median {r['median_ms']:7.3f} ms  "
             f"p95 {r['p95_ms']:7.3f} ms  first batch {r['first_batch_ms']:8.3f} ms  "
             f"(recover median {r['recover_median_ms']:.3f} ms; CPU per batch "
-            f"{r['cpu_median_ms']:.3f} ms)"
+            f"{r['cpu_median_ms']:.3f} ms; log calls per batch {r['log_calls_per_batch']})"
         )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(document, indent=1) + "\n")

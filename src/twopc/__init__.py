@@ -55,6 +55,7 @@ from twopc.faults import CrashPoint, FaultPlan
 from twopc.plugins import (
     BackendInfo,
     PluginRegistry,
+    ProgressSpec,
     SinkSpec,
     create_sink,
     hookimpl,
@@ -118,6 +119,7 @@ __all__ = [
     "PluginRegistry",
     "ProgressInTask",
     "ProgressReporter",
+    "ProgressSpec",
     "QueryStatus",
     "RecoveryReport",
     "RecoveryScope",

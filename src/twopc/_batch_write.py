@@ -61,8 +61,9 @@ def check_batch_sink(sink: Sink[Any], sink_id: str) -> None:
         raise ConfigurationError(
             f"{sink.describe()} commits each partition in its own task, so a failed batch "
             "write would leave some partitions committed. Batch writes need a sink that "
-            "commits on the driver (files; SQL with transaction_mode='two_phase') or in one "
-            "task (Kafka mode='atomic')",
+            "commits on the driver or writes the batch in one task; where a sink option "
+            "decides it, choose that mode (e.g. the SQL sinks' transaction_mode='two_phase', "
+            "the Kafka sink's mode='atomic')",
             sink_id=sink_id,
         )
 

@@ -1,9 +1,13 @@
-"""Where errors leave a sink: the one place that says which sink, batch and partition.
+"""Where errors cross a boundary: the one place that says which sink, batch and partition.
 
-Sinks raise twopc errors without a location, or any other exception. Every call the core
-makes into a sink runs inside :func:`leaving_sink`, which fills in the location of a twopc
-error (keeping its class, so retryable stays retryable) and turns any other exception into
-the given twopc error class, naming the exception's type.
+Two boundaries, one rule (fill in the location of a twopc error, keeping its class, so
+retryable stays retryable; turn any other exception into a twopc error that names its type):
+
+* :func:`leaving_sink`: every call the core makes into a sink. Sinks raise twopc errors
+  without a location, or any other exception.
+* :func:`leaving_twopc`: every entry point (``foreach_batch``, ``write_batch``,
+  ``format("twopc")``'s commit and abort). What the core itself raises, or lets through
+  from the commit log's storage, leaves twopc as a twopc error naming the sink and batch.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from contextlib import contextmanager
 
 from twopc.errors import SinkError, TwoPCError
 
-__all__ = ["describe_exception", "leaving_sink"]
+__all__ = ["as_twopc_error", "describe_exception", "leaving_sink", "leaving_twopc"]
 
 
 @contextmanager
@@ -39,6 +43,28 @@ def leaving_sink(
             batch_id=batch_id,
             partition=partition,
         ) from exc
+
+
+@contextmanager
+def leaving_twopc(sink_id: str, batch_id: int | None = None) -> Iterator[None]:
+    """The outer boundary of an entry point: every exception leaving the ``with`` block
+    is a twopc error that names the sink and the batch (see :func:`as_twopc_error`)."""
+    try:
+        yield
+    except Exception as exc:
+        error = as_twopc_error(exc, sink_id, batch_id)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def as_twopc_error(exc: Exception, sink_id: str, batch_id: int | None = None) -> TwoPCError:
+    """``exc`` as the error an entry point fails with: a twopc error, stamped with the sink
+    and the batch, or, for anything else (e.g. the commit log's storage failing), a
+    :class:`~twopc.TwoPCError` that names the exception's type and chains it."""
+    if isinstance(exc, TwoPCError):
+        return exc.at(sink_id=sink_id, batch_id=batch_id)
+    return TwoPCError(describe_exception(exc), sink_id=sink_id, batch_id=batch_id)
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +39,7 @@ from twopc.storage import (
     join,
 )
 
-__all__ = ["BatchRun", "BatchState", "CommitLog", "DecidedProgress", "Decision"]
+__all__ = ["BatchRun", "BatchState", "CommitLog", "DecidedProgress", "Decision", "LogListing"]
 
 _DECISION_SUFFIX = ".decision.json"
 _DONE_SUFFIX = ".done"
@@ -107,7 +107,7 @@ class Decision:
     sink's role decides then)."""
     progress: DecidedProgress | None = None
     """The batch's source offsets and where they are published (queries that report
-    progress to a consumer group)."""
+    their progress)."""
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -167,9 +167,15 @@ class BatchRun:
     started_at: float = 0.0
 
     @property
-    def committed_in_task(self) -> bool:
+    def commits_in_task(self) -> bool:
         """Whether the run's tasks commit themselves (some may have, before a crash)."""
         return self.path is CommitPath.TASK
+
+    @property
+    def committed_in_task(self) -> bool:
+        """The v1 name of :attr:`commits_in_task`. Only ``_replay_guard.py`` still reads it
+        (that module is being changed elsewhere); remove this once it reads the new name."""
+        return self.commits_in_task
 
     def same_shape(self, other: BatchRun) -> bool:
         """Same naming, input and partition count (an unknown count, 0, matches only an
@@ -197,12 +203,22 @@ class BatchRun:
 @dataclass(frozen=True)
 class BatchState:
     """What the log says about one batch, read with one listing of the query's directory:
-    its decision, whether phase 2 finished, its runs, and the query's newest decision."""
+    its decision, whether phase 2 finished, its runs, the query's newest decision, and the
+    query's batches that were finished then (for the log's retention)."""
 
     decision: Decision | None
     done: bool
     runs: list[BatchRun]
     newest_decided: int | None
+    finished: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """The log's entries as one pass over it saw them (:meth:`CommitLog.listing`): the file
+    names in each query's directory, hidden ones left out."""
+
+    names: Mapping[str, frozenset[str]]
 
 
 class CommitLog:
@@ -282,12 +298,23 @@ class CommitLog:
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(f"a runs record is incomplete ({exc!r})") from exc
 
-    def batch_state(self, query_id: str, batch_id: int) -> BatchState:
+    def listing(self) -> LogListing:
+        """One pass over the log: its root, then each query's directory, once. Give it to
+        :meth:`batch_state`, :meth:`pending` and :meth:`newest_runs` to read all three
+        without listing again (``format("twopc")``'s commit, in a fresh process per batch)."""
+        return LogListing(
+            {q: frozenset(self._batch_files(q, exists=True)) for q in self.query_ids()}
+        )
+
+    def batch_state(
+        self, query_id: str, batch_id: int, listing: LogListing | None = None
+    ) -> BatchState:
         """Everything the coordinator checks before it skips or writes a batch, from one
-        listing of the query's directory plus the batch's own files where they exist."""
-        names = set(self._batch_files(query_id))
+        listing of the query's directory (or ``listing``) plus the batch's own files where
+        they exist."""
+        names = self._names(query_id, listing)
         stem = f"{batch_id:020d}"
-        decided = [int(n[: -len(_DECISION_SUFFIX)]) for n in names if n.endswith(_DECISION_SUFFIX)]
+        decided = _batches(names, _DECISION_SUFFIX)
         decision = (
             self.decision(query_id, batch_id) if f"{stem}{_DECISION_SUFFIX}" in names else None
         )
@@ -297,20 +324,19 @@ class CommitLog:
             done=f"{stem}{_DONE_SUFFIX}" in names,
             runs=runs,
             newest_decided=max(decided) if decided else None,
+            finished=tuple(sorted(set(decided) & set(_batches(names, _DONE_SUFFIX)))),
         )
 
-    def newest_runs(self) -> dict[str, tuple[int, list[BatchRun]]]:
+    def newest_runs(
+        self, listing: LogListing | None = None
+    ) -> dict[str, tuple[int, list[BatchRun]]]:
         """For each query id, its newest batch that has a runs record, with those runs.
 
         Only the newest batch of a query can have left open work behind: a batch starts
         after the one before it committed or was aborted by recovery."""
         found: dict[str, tuple[int, list[BatchRun]]] = {}
-        for query_id in self.query_ids():
-            batches = [
-                int(n[: -len(_RUNS_SUFFIX)])
-                for n in self._batch_files(query_id)
-                if n.endswith(_RUNS_SUFFIX)
-            ]
+        for query_id in self._query_ids(listing):
+            batches = _batches(self._names(query_id, listing), _RUNS_SUFFIX)
             if batches:
                 newest = max(batches)
                 found[query_id] = (newest, self.runs(query_id, newest))
@@ -352,9 +378,18 @@ class CommitLog:
             if entry["type"] == "directory" and not _basename(entry["name"]).startswith(".")
         )
 
-    def _batch_files(self, query_id: str) -> list[str]:
+    def _query_ids(self, listing: LogListing | None) -> list[str]:
+        return sorted(listing.names) if listing is not None else self.query_ids()
+
+    def _names(self, query_id: str, listing: LogListing | None) -> frozenset[str]:
+        if listing is not None:
+            return listing.names.get(query_id, frozenset())
+        return frozenset(self._batch_files(query_id))
+
+    def _batch_files(self, query_id: str, *, exists: bool = False) -> list[str]:
+        """The names in a query's directory; ``exists``: it was just listed, do not check."""
         directory = join(self._root, query_id)
-        if not self._fs.exists(directory):
+        if not exists and not self._fs.exists(directory):
             return []
         names = (_basename(p) for p in self._fs.ls(directory, detail=False))
         # Skip hidden names: a crash can leave an atomic write's temporary file behind.
@@ -414,11 +449,12 @@ class CommitLog:
                         removed += 1
         return removed
 
-    def pending(self) -> list[Decision]:
-        """Decisions whose phase 2 has not been marked done, across every query id."""
+    def pending(self, listing: LogListing | None = None) -> list[Decision]:
+        """Decisions whose phase 2 has not been marked done, across every query id (as
+        ``listing`` saw the log, when given)."""
         found: list[Decision] = []
-        for query_id in self.query_ids():
-            names = set(self._batch_files(query_id))
+        for query_id in self._query_ids(listing):
+            names = self._names(query_id, listing)
             for name in sorted(names):
                 if not name.endswith(_DECISION_SUFFIX):
                     continue
@@ -449,3 +485,7 @@ def _basename(path: str) -> str:
 
 def _attempts(decision: Decision) -> set[tuple[int, int]]:
     return {(c.partition, c.attempt) for c in decision.committables}
+
+
+def _batches(names: Iterable[str], suffix: str) -> list[int]:
+    return [int(n[: -len(suffix)]) for n in names if n.endswith(suffix)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from twopc._boundary import describe_exception, leaving_sink
-from twopc._commit_log import BatchRun, BatchState, CommitLog, Decision
+from twopc._commit_log import BatchRun, BatchState, CommitLog, Decision, LogListing
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import CommitPath
 from twopc._phase1 import BatchEngine, Phase1Task
@@ -139,11 +139,12 @@ class Coordinator:
         done), and nothing else; returns how many. Entry points whose tasks run before the
         coordinator is asked (the ``format("twopc")`` writer) call it before a batch's
         tasks start: a replay's tasks must never meet decided work still prepared."""
-        finished = 0
-        for decision in self.commit_log.pending():
+        return self._finish_all(self.commit_log.pending())
+
+    def _finish_all(self, decisions: Sequence[Decision]) -> int:
+        for decision in decisions:
             self._finish_pending(decision)
-            finished += 1
-        return finished
+        return len(decisions)
 
     def check_progress(self) -> None:
         """Refuse a progress group that is not this sink's (once per coordinator)."""
@@ -170,12 +171,12 @@ class Coordinator:
         finish(decision)
         self._publisher.publish(decision)
 
-    def _runs_before_this_process(self) -> list[BatchRun]:
+    def _runs_before_this_process(self, listing: LogListing | None = None) -> list[BatchRun]:
         """The runs of each query's newest batch as the log held them when this coordinator
         started: what a crashed or differently configured earlier run may have left."""
         if self._earlier_runs is None:
             self._earlier_runs = [
-                run for _, runs in self.commit_log.newest_runs().values() for run in runs
+                run for _, runs in self.commit_log.newest_runs(listing).values() for run in runs
             ]
         return self._earlier_runs
 
@@ -329,7 +330,7 @@ class Coordinator:
             # the replay of a batch that committed before a crash: its group may lag
             published = self.publish_progress(state.decision, source_offsets)
             return self._finish(metrics_with_progress(base, published), started)
-        run = self.record_run(
+        run = self._record_run(
             query_id, batch_id, state, _partition_count(engine), input_fingerprint
         )
 
@@ -370,8 +371,8 @@ class Coordinator:
                 replace(run, footprint=replace(run.footprint, partitions=len(committables))),
             )
 
-        decision, decided_at, retries = self.decide_and_commit(
-            query_id, batch_id, committables, source_offsets
+        decision, decided_at, retries = self._decide_and_commit(
+            query_id, batch_id, committables, state, source_offsets
         )
         committed_at = time.monotonic()
         published = self.publish_progress(decision)
@@ -393,7 +394,7 @@ class Coordinator:
         )
         return self._finish(metrics_with_progress(metrics, published), started)
 
-    def record_run(
+    def _record_run(
         self,
         query_id: str,
         batch_id: int,
@@ -415,11 +416,12 @@ class Coordinator:
         self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
         return run
 
-    def decide_and_commit(
+    def _decide_and_commit(
         self,
         query_id: str,
         batch_id: int,
         committables: Sequence[Committable],
+        state: BatchState,
         source_offsets: SourceOffsets | None = None,
     ) -> tuple[Decision, float, int]:
         """Record the decision over phase 1's committables, then finish it (commit on the
@@ -446,7 +448,7 @@ class Coordinator:
         finish = {CommitPath.DRIVER: self._commit_decision, CommitPath.TASK: self._mark_done}
         retries = finish[self.path](decision)
         self._fire(CrashPoint.AFTER_COMMIT, batch_id)
-        self._prune_log(query_id, batch_id)
+        self._prune_log(query_id, batch_id, state.finished)
         return decision, decided_at, retries
 
     def _clean_losing_attempts(
@@ -497,14 +499,13 @@ class Coordinator:
             )
             return aborted, 0
 
-    def _prune_log(self, query_id: str, batch_id: int) -> None:
+    def _prune_log(self, query_id: str, batch_id: int, finished: Sequence[int]) -> None:
         """Forget finished batches older than the retention; replays only ever concern the
-        latest batch, and the ordering check only needs the newest decision."""
+        latest batch, and the ordering check only needs the newest decision. ``finished``:
+        the query's finished batches as the batch's one listing saw them (a batch finished
+        since is forgotten after the next batch)."""
         horizon = batch_id - self.log_retention
-        if horizon < 0:
-            return
-        old = [b for b in self.commit_log.decided_batches(query_id) if b <= horizon]
-        done = [b for b in old if self.commit_log.is_done(query_id, b)]
+        done = [b for b in finished if b <= horizon]
         if done:
             self.commit_log.forget(query_id, done)
 
@@ -522,13 +523,14 @@ class Coordinator:
         rejected = [r for r in by_partition.values() if r.outcome is TaskOutcome.REJECTED]
         if rejected:
             first = min(rejected, key=lambda r: r.partition)
+            cause = first.rejection().at(sink_id=self.sink_id, batch_id=batch_id)
             raise BatchFailedError(
-                f"{first.error} ({len(rejected)} of {len(by_partition)} partition(s) rejected "
-                f"their data; {_WHAT_STAYS[self.path]})",
+                f"{cause.cause_message} ({len(rejected)} of {len(by_partition)} partition(s) "
+                f"rejected their data; {_WHAT_STAYS[self.path]})",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
                 partition=first.partition,
-            )
+            ) from cause
         expected = set(range(len(by_partition)))
         if set(by_partition) != expected:
             raise BatchFailedError(
@@ -577,6 +579,156 @@ class Coordinator:
                 self.sink_id,
                 batch_id,
             )
+
+    # -- batches whose tasks ran first: format("twopc") -------------------------------------
+
+    def commit_reported(
+        self,
+        query_id: str,
+        batch_id: int,
+        reports: Sequence[TaskReport | None],
+        *,
+        input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
+    ) -> BatchMetrics:
+        """Decide and commit a batch whose tasks already ran, from their reports (one per
+        partition, ``None`` where a task failed). For ``format("twopc")``: Spark runs phase
+        1 first and calls ``commit`` in a fresh process per batch, with nothing else.
+
+        The rules of :meth:`run_batch` in another order. The log is listed once, and that
+        listing serves finishing decided batches, the replay checks and the clean-up of
+        earlier runs. A batch already decided is a replay: its tasks prepared again before
+        the coordinator saw it, so that work is aborted (driver path; the task path's
+        markers made them write nothing) and the batch counts as skipped. Speculative
+        copies cannot be observed, so every commit cleans up as if one had run.
+        ``source_offsets`` go to the progress group after the commit (again for a replay).
+        Raises when the batch cannot commit; nothing of it is then visible (driver path) or
+        a replay finishes it (task path)."""
+        started = time.monotonic()
+        listing = self.commit_log.listing()
+        # before this batch's run is recorded; only in-task sinks need earlier runs
+        earlier = self._runs_before_this_process(listing) if self._in_task is not None else []
+        finished = self._finish_all(self.commit_log.pending(listing))
+        state = self.commit_log.batch_state(query_id, batch_id, listing)
+        # the tasks ran before this check: their own markers show this batch
+        self._guard.markers_not_ahead(query_id, batch_id, state, tasks_ran=True)
+        self.check_progress()
+        base = BatchMetrics(
+            self.sink_id,
+            query_id,
+            batch_id,
+            status=BatchStatus.SKIPPED,
+            recovered_committed=finished,
+        )
+        present = [r for r in reports if r is not None]
+        if state.decision is not None:
+            self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
+            _log.info(
+                "twopc sink=%s: batch %d of query %s is already committed; the replay's work "
+                "is discarded",
+                self.sink_id,
+                batch_id,
+                query_id,
+            )
+            # The decision was finished before the replay's tasks started (the writer
+            # finishes decided batches where it is planned), so none of their work is
+            # decided, even where an attempt id repeats one of the decision's (Spark counts
+            # task attempts from 0 again after a restart).
+            aborted = self._abort_reported(present, keep=None)
+            published = self.publish_progress(state.decision, source_offsets)
+            skipped = replace(base, recovered_aborted=aborted, swept=self._sweep())
+            return self._finish(metrics_with_progress(skipped, published), started)
+        failed = [index for index, report in enumerate(reports) if report is None]
+        if failed:
+            self._abort_batch(query_id, batch_id)
+            raise BatchFailedError(
+                f"the task(s) of partition(s) {failed} failed ({_WHAT_STAYS[self.path]})",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+                partition=failed[0],
+            )
+        run = self._record_run(query_id, batch_id, state, len(reports), input_fingerprint)
+        try:
+            committables = self._collect(present, query_id, batch_id)
+        except BaseException:
+            self._abort_batch(query_id, batch_id)
+            raise
+        written_at = time.monotonic()
+        decision, decided_at, retries = self._decide_and_commit(
+            query_id, batch_id, committables, state, source_offsets
+        )
+        committed_at = time.monotonic()
+        published = self.publish_progress(decision)
+        aborted, swept = self._clean_up_reported(decision, run, earlier)
+        tasks = tuple(r.metrics for r in sorted(present, key=lambda r: r.partition))
+        metrics = replace(
+            base,
+            status=BatchStatus.COMMITTED,
+            partitions=len(present),
+            rows=sum(t.rows for t in tasks),
+            bytes=sum(t.bytes for t in tasks),
+            write_seconds=max((t.seconds for t in tasks), default=0.0),
+            decide_seconds=decided_at - written_at,
+            commit_seconds=committed_at - decided_at,
+            commit_retries=retries,
+            recovered_aborted=aborted,
+            swept=swept,
+            tasks=tasks,
+        )
+        return self._finish(metrics_with_progress(metrics, published), started)
+
+    def abort_reported(
+        self, query_id: str, batch_id: int, reports: Sequence[TaskReport | None]
+    ) -> None:
+        """Spark gave up on a batch whose tasks already ran (a task failed, or ``commit``
+        raised): abort what its tasks prepared, except what a recorded decision holds (a
+        restart commits that), and remove what never prepared. Tasks that committed in the
+        task stay committed; their markers make the replay skip them."""
+        decision = self.commit_log.decision(query_id, batch_id)
+        if decision is None:
+            self._abort_batch(query_id, batch_id)
+            return
+        self._abort_reported([r for r in reports if r is not None], keep=decision)
+        self._sweep()
+
+    def _abort_reported(self, reports: Sequence[TaskReport], keep: Decision | None) -> int:
+        """Abort the reported work that ``keep`` does not hold (all of it without one): a
+        replay's, a losing attempt's."""
+        if self._driver is None:
+            return 0
+        work = [
+            r.committable
+            for r in reports
+            if r.committable is not None and (keep is None or not keep.contains(r.committable))
+        ]
+        self._abort(self._driver, work, "work of a replayed batch that is already committed")
+        return len(work)
+
+    def _clean_up_reported(
+        self, decision: Decision, run: BatchRun, earlier: Sequence[BatchRun]
+    ) -> tuple[int, int]:
+        """After the commit: abort whatever no decision holds (losing copies of this batch's
+        tasks, work a crash left), let an in-task sink abort what earlier runs with another
+        naming or more partitions left open, and remove unprepared leftovers. Logged, never
+        raised: the batch is committed and the next batch cleans up again."""
+        try:
+            aborted = self._abort_undecided(self._driver) if self._driver is not None else 0
+            if self._in_task is not None:
+                with leaving_sink(
+                    self.sink_id, what="aborting an earlier run's open work failed: "
+                ):
+                    for footprint in _not_covered(earlier, run.footprint):
+                        aborted += self._in_task.sweep_lingering(self.sink_id, footprint)
+            return aborted, self._sweep()
+        except Exception as exc:
+            _log.warning(
+                "twopc sink=%s: batch %d is committed, but the clean-up after it failed; the "
+                "next batch retries: %s",
+                self.sink_id,
+                decision.batch_id,
+                describe_exception(exc),
+            )
+            return 0, 0
 
     # -- finishing a decision ------------------------------------------------------------------
 
@@ -670,3 +822,17 @@ def _partition_count(engine: BatchEngine) -> int:
         _log.debug("the engine could not tell its partition count", exc_info=True)
         return 0
     return int(value) if value else 0
+
+
+def _not_covered(earlier: Sequence[BatchRun], current: Footprint) -> list[Footprint]:
+    """Footprints of earlier runs that this run's tasks did not reuse (another naming, or
+    partitions this run does not have): only those can still hold open work."""
+    current_naming = json.dumps(current.naming, sort_keys=True)
+    found: dict[str, Footprint] = {}
+    for run in earlier:
+        footprint = run.footprint
+        same_naming = json.dumps(footprint.naming, sort_keys=True) == current_naming
+        if same_naming and footprint.partitions <= current.partitions:
+            continue
+        found.setdefault(json.dumps(footprint.to_json(), sort_keys=True), footprint)
+    return list(found.values())

@@ -14,7 +14,9 @@ How Spark drives it, and what follows from it:
 
 Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
 backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
-``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``).
+``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``, and every
+``progress_*`` option: the progress reporter of a streaming query, see
+:func:`_progress_reporter`).
 """
 
 from __future__ import annotations
@@ -34,16 +36,16 @@ from pyspark.sql.datasource import (
 )
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
+from twopc._boundary import leaving_sink, leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
-from twopc._reported import abort_reported, commit_reported
 from twopc._reports import TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
-from twopc.errors import BackendNotInstalledError, ConfigurationError
+from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
 from twopc.progress import ProgressReporter, kafka_offsets_of
@@ -55,16 +57,8 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_PROGRESS_OPTIONS = ("progress_group", "progress_bootstrap_servers", "progress_options")
-_OWN_OPTIONS = (
-    "sink",
-    "sink_id",
-    "commit_log",
-    "commit_log_options",
-    "write_id",
-    "faults",
-    *_PROGRESS_OPTIONS,
-)
+_PROGRESS_PREFIX = "progress_"
+_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
 _SPARK_OPTIONS = ("checkpointlocation",)
 
 
@@ -103,11 +97,26 @@ class _Setup:
                 '`twopc plugins` lists) and .option("sink_id", "<stable name>")'
             )
         sink_id = validate_sink_id(lowered.get("sink_id", ""))
+        with leaving_twopc(sink_id):  # names the sink in every error below
+            return cls._for_sink(options, lowered, backend, sink_id, streaming=streaming)
+
+    @classmethod
+    def _for_sink(
+        cls,
+        options: Mapping[str, str],
+        lowered: Mapping[str, str],
+        backend: str,
+        sink_id: str,
+        *,
+        streaming: bool,
+    ) -> _Setup:
         checkpoint = lowered.get("checkpointlocation") or None
         sink_options = {
             key: value
             for key, value in options.items()
-            if key.lower() not in _OWN_OPTIONS and key.lower() not in _SPARK_OPTIONS
+            if key.lower() not in _OWN_OPTIONS
+            and key.lower() not in _SPARK_OPTIONS
+            and not key.lower().startswith(_PROGRESS_PREFIX)
         }
         factory = registry().spec(backend).load()
         sink = registry().create_sink(backend, **typed_options(backend, factory, sink_options))
@@ -123,7 +132,6 @@ class _Setup:
                 raise ConfigurationError(
                     f'{sink.describe()} writes each batch in one task, which format("twopc") '
                     "cannot arrange; use twopc.foreach_batch(...) for it",
-                    sink_id=sink_id,
                 )
         else:
             check_batch_sink(sink, sink_id)
@@ -131,7 +139,6 @@ class _Setup:
                 raise ConfigurationError(
                     f'{sink.describe()} writes a batch in one task, which format("twopc") '
                     "cannot arrange; use twopc.write_batch(df.repartition(1), ...)",
-                    sink_id=sink_id,
                 )
             write_id = lowered.get("write_id")
             if not write_id:
@@ -139,13 +146,12 @@ class _Setup:
                     'a batch write with format("twopc") needs .option("write_id", KEY): its '
                     "idempotency key (a date, a job run id); writing the same key again "
                     "writes nothing",
-                    sink_id=sink_id,
                 )
             batch_id = BATCH_ID
             query_id = batch_query_id(sink_id, validate_write_id(write_id, sink_id))
         faults = lowered.get("faults")
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
-        progress = _progress_group(lowered, sink_id, streaming=streaming)
+        progress = _progress_reporter(lowered, sink_id, streaming=streaming)
         return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan, progress)
 
     def coordinator(self) -> Coordinator:
@@ -200,16 +206,16 @@ class TwopcDataSource(DataSource):
                 "would write the whole result again every batch: use append or update"
             )
         setup = _Setup.from_options(self.options, streaming=True)
-        if setup.query_id is None:
-            raise ConfigurationError(
-                'format("twopc") needs the query\'s checkpoint: set '
-                '.option("checkpointLocation", ...) on the writeStream (the query id is read '
-                "from its metadata file)",
-                sink_id=setup.sink_id,
-            )
-        _finish_decided(setup)
-        if setup.progress is not None:  # refused before any task writes
-            setup.progress.check(setup.sink_id)
+        with leaving_twopc(setup.sink_id):
+            if setup.query_id is None:
+                raise ConfigurationError(
+                    'format("twopc") needs the query\'s checkpoint: set '
+                    '.option("checkpointLocation", ...) on the writeStream (the query id is '
+                    "read from its metadata file)"
+                )
+            _finish_decided(setup)
+            if setup.progress is not None:  # refused before any task writes
+                setup.progress.check(setup.sink_id)
         return _StreamWriter(setup)
 
     def writer(self, schema: Any, overwrite: bool) -> _BatchWriter:
@@ -218,7 +224,8 @@ class TwopcDataSource(DataSource):
                 'format("twopc") appends or upserts: use mode("append"), not overwrite'
             )
         setup = _Setup.from_options(self.options, streaming=False)
-        _finish_decided(setup)
+        with leaving_twopc(setup.sink_id):
+            _finish_decided(setup)
         return _BatchWriter(setup)
 
 
@@ -249,19 +256,20 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             offsets = kafka_offsets_of(setup.checkpoint, batchId)
             if offsets is None:
                 _log.warning(
-                    "twopc sink=%s batch %d: progress_group is set, but the checkpoint holds "
-                    "no Kafka source offsets for the batch; nothing is published",
+                    "twopc sink=%s batch %d: progress is reported, but the checkpoint holds "
+                    "no source offsets twopc reads (a Kafka source's) for the batch; nothing "
+                    "is published",
                     setup.sink_id,
                     batchId,
                 )
-        commit_reported(
-            setup.coordinator(),
-            setup.query_id,
-            batchId,
-            _reports(messages),
-            input_fingerprint=fingerprint,
-            source_offsets=offsets,
-        )
+        with leaving_twopc(setup.sink_id, batchId):
+            setup.coordinator().commit_reported(
+                setup.query_id,
+                batchId,
+                _reports(messages),
+                input_fingerprint=fingerprint,
+                source_offsets=offsets,
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         assert self.setup.query_id is not None
@@ -283,7 +291,8 @@ class _BatchWriter(DataSourceArrowWriter):
         setup = self.setup
         assert setup.query_id is not None
         assert setup.batch_id is not None
-        commit_reported(setup.coordinator(), setup.query_id, setup.batch_id, _reports(messages))
+        with leaving_twopc(setup.sink_id, setup.batch_id):
+            setup.coordinator().commit_reported(setup.query_id, setup.batch_id, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.setup.query_id is not None
@@ -291,35 +300,45 @@ class _BatchWriter(DataSourceArrowWriter):
         _abort(self.setup, self.setup.query_id, self.setup.batch_id, messages)
 
 
-def _progress_group(
+def _progress_reporter(
     options: Mapping[str, str], sink_id: str, *, streaming: bool
 ) -> ProgressReporter | None:
-    """The consumer group that shows a streaming query's progress on its Kafka source
-    (``progress_group``, ``progress_bootstrap_servers``, ``progress_options``)."""
-    group = options.get("progress_group")
-    if not group:
+    """The progress reporter a streaming query's ``progress_*`` options describe, built by
+    the plugin that provides its kind: ``progress_kind`` (default: the one kind installed),
+    ``progress_options`` (a JSON object of client settings, e.g. credentials), and every
+    other ``progress_<key>`` as the reporter's ``<key>`` (for a Kafka consumer group:
+    ``progress_group`` and ``progress_bootstrap_servers``). ``None`` without any."""
+    given = {
+        key[len(_PROGRESS_PREFIX) :]: value
+        for key, value in options.items()
+        if key.startswith(_PROGRESS_PREFIX)
+    }
+    if not given:
         return None
     if not streaming:
         raise ConfigurationError(
-            "progress_group reports a streaming query's Kafka source offsets; a batch write "
-            "has none: drop the option",
-            sink_id=sink_id,
+            "the progress_* options report a streaming query's source offsets; a batch write "
+            "has none: drop them"
         )
-    servers = options.get("progress_bootstrap_servers")
-    if not servers:
-        raise ConfigurationError(
-            "progress_group needs .option('progress_bootstrap_servers', ...): the brokers of "
-            "the source's cluster",
-            sink_id=sink_id,
+    config = _json_object(given.pop("options", None), "progress_options") or {}
+    with leaving_sink(sink_id, wrap=ConfigurationError, what="the progress_* options: "):
+        kind = given.pop("kind", None) or _only_progress_kind()
+        return registry().create_progress_reporter({**given, "kind": kind}, config)
+
+
+def _only_progress_kind() -> str:
+    kinds = registry().progress_kinds()
+    if len(kinds) == 1:
+        return kinds[0]
+    if not kinds:
+        raise BackendNotFoundError(
+            "the progress_* options need a progress reporter, and no installed plugin "
+            "provides one (`twopc plugins` lists the plugins)"
         )
-    config = _json_object(options.get("progress_options"), "progress_options") or {}
-    try:
-        from twopc_kafka.progress import ConsumerGroup
-    except ModuleNotFoundError as exc:
-        raise BackendNotInstalledError(
-            'progress_group needs confluent-kafka: pip install "twopc[kafka]"'
-        ) from exc
-    return ConsumerGroup(group, servers, config=config)
+    raise ConfigurationError(
+        f"several progress reporters are installed ({', '.join(kinds)}): choose one with "
+        '.option("progress_kind", ...)'
+    )
 
 
 def _finish_decided(setup: _Setup) -> None:
@@ -332,8 +351,9 @@ def _abort(
     setup: _Setup, query_id: str, batch_id: int, messages: list[WriterCommitMessage | None]
 ) -> None:
     try:
-        abort_reported(setup.coordinator(), query_id, batch_id, _reports(messages))
-    except Exception:
+        with leaving_twopc(setup.sink_id, batch_id):
+            setup.coordinator().abort_reported(query_id, batch_id, _reports(messages))
+    except TwoPCError:
         # Spark is already failing the batch; its own error is the one users need. What
         # this left, the next batch's clean-up or `twopc recover` removes.
         _log.exception("twopc sink=%s batch %d: aborting failed", setup.sink_id, batch_id)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from twopc._commit_log import CommitLog
+from twopc._metrics import BatchStatus
 from twopc.errors import ConfigurationError
 from twopc.faults import ENV_VAR
 
@@ -71,15 +72,15 @@ class _Progress:
 
     def batch(self, event: dict[str, Any]) -> None:
         batch_id = int(event["batch"])
-        status = event["status"]
-        if status in ("committed", "skipped"):
+        status = BatchStatus(event["status"])
+        if status in (BatchStatus.COMMITTED, BatchStatus.SKIPPED):
             self.committed.add(batch_id)
         extra = ""
         if event.get("recovered"):
             extra += f", recovery finished {event['recovered']} decided partition commit(s)"
         if event.get("aborted"):
             extra += f", recovery aborted {event['aborted']} undecided one(s)"
-        if status == "skipped":
+        if status is BatchStatus.SKIPPED:
             text = f"batch {batch_id}: replay recognised, already committed, skipped{extra}"
         else:
             text = f"batch {batch_id}: {status}, {event['rows']} rows{extra}"

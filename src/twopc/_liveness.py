@@ -14,9 +14,17 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
-__all__ = ["DEFAULT_STALE_AFTER", "HEARTBEAT_NAME", "Heartbeat", "Liveness", "this_host"]
+__all__ = [
+    "DEFAULT_STALE_AFTER",
+    "HEARTBEAT_NAME",
+    "Heartbeat",
+    "HeartbeatState",
+    "Liveness",
+    "this_host",
+]
 
 HEARTBEAT_NAME = ".heartbeat.json"
 DEFAULT_STALE_AFTER = 300.0
@@ -29,6 +37,28 @@ def this_host() -> str:
     return socket.gethostname()
 
 
+class HeartbeatState(StrEnum):
+    """What the writer did when it last wrote its record. For people (``twopc status``):
+    whether a query runs is judged by host, process and age, never by the state."""
+
+    WRITING = "writing"
+    """A batch is being written."""
+    IDLE = "idle"
+    """The last batch committed (or was skipped); the writer waits for the next."""
+    FAILED = "failed"
+    """The last batch failed; the query stops, or Spark retries it."""
+    UNKNOWN = "unknown"
+    """A state this version does not know (a newer writer's): read, never refused, so that
+    the record still says a writer runs."""
+
+    @classmethod
+    def read(cls, value: str) -> HeartbeatState:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
 @dataclass(frozen=True)
 class Liveness:
     """Whether a heartbeat means the query is running, and why."""
@@ -39,10 +69,8 @@ class Liveness:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Who writes a query's batches, and when it last said so.
-
-    ``state`` is ``writing`` while a batch runs and ``idle`` between batches.
-    """
+    """Who writes a query's batches, and when it last said so, and what it did then
+    (:class:`HeartbeatState`)."""
 
     sink_id: str
     query_id: str
@@ -51,7 +79,7 @@ class Heartbeat:
     started_at: float
     updated_at: float
     batch_id: int
-    state: str
+    state: HeartbeatState
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": _FORMAT, **asdict(self)}, sort_keys=True).encode()
@@ -69,7 +97,7 @@ class Heartbeat:
             started_at=float(body["started_at"]),
             updated_at=float(body["updated_at"]),
             batch_id=int(body["batch_id"]),
-            state=str(body["state"]),
+            state=HeartbeatState.read(str(body["state"])),
         )
 
     def to_dict(self) -> dict[str, Any]:

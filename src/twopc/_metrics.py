@@ -58,8 +58,9 @@ class BatchMetrics:
     error: str | None = None
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
     source_offsets: dict[str, dict[str, int]] | None = None
-    """The Kafka offsets the batch ended at (topic → partition → next offset), for a query
-    that reports progress to a consumer group."""
+    """The source offsets the batch ended at (topic → partition → next offset), for a query
+    that reports its progress (:class:`~twopc.ProgressReporter`, e.g. a Kafka consumer
+    group)."""
     source_lag: int | None = None
     """The group's lag on the source after the batch (records), when it could be read."""
     progress_error: str | None = None

@@ -30,7 +30,7 @@ from twopc._status import (
 )
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import TwoPCError
-from twopc.plugins import create_sink
+from twopc.plugins import create_sink, registry
 from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 
@@ -54,14 +54,15 @@ def add_ops_commands(commands: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a librdkafka setting for the progress group's cluster (TLS, SASL; repeatable)",
+        help="a client setting of the progress reporter, e.g. TLS or SASL settings of a "
+        "Kafka consumer group's cluster (librdkafka names; repeatable)",
     )
     status.add_argument(
         "--group-option-env",
         action="append",
         default=[],
         metavar="KEY=VARIABLE",
-        help="a librdkafka setting for the group's cluster read from the environment "
+        help="a client setting of the progress reporter read from the environment "
         "(secrets; repeatable)",
     )
     status.add_argument(
@@ -225,8 +226,9 @@ def _run(args: argparse.Namespace, action: Any) -> int:
 
 
 def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
-    """How ``twopc status`` reaches the progress group a decision names (a Kafka consumer
-    group, through ``twopc_kafka``), with the connection settings given on the command line."""
+    """How ``twopc status`` reaches the progress reporter a decision names (e.g. a Kafka
+    consumer group): through the plugin that provides its kind, with the client settings
+    given on the command line."""
     if args.no_group:
         return None
     config: dict[str, Any] = dict(_pairs(args.group_option, "--group-option"))
@@ -238,13 +240,7 @@ def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
         config[key] = os.environ[variable]
 
     def resolve(described: Mapping[str, Any]) -> ProgressReporter:
-        if described.get("kind") != "kafka-consumer-group":
-            raise UsageError(f"no reader for progress kind {described.get('kind')!r}")
-        from twopc_kafka import ConsumerGroup
-
-        return ConsumerGroup(
-            str(described["group"]), str(described["bootstrap_servers"]), config=config
-        )
+        return registry().create_progress_reporter(described, config)
 
     return resolve
 
@@ -364,11 +360,11 @@ def _source_lines(query: QueryStatus) -> list[str]:
             f"{t}[{p}] at {_cell(query.group.committed.get((t, p)))} of {end}"
             for (t, p), end in sorted(query.group.end.items())
         ]
-        lines.append(f"  consumer group {group}: lag {lag} ({', '.join(behind)})")
+        lines.append(f"  progress group {group}: lag {lag} ({', '.join(behind)})")
     elif query.group_error:
-        lines.append(f"  consumer group {group}: cannot read it ({query.group_error})")
+        lines.append(f"  progress group {group}: cannot read it ({query.group_error})")
     else:
-        lines.append(f"  consumer group {group}")
+        lines.append(f"  progress group {group}")
     return lines
 
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from twopc._boundary import leaving_sink
 from twopc._paths import CommitPath
-from twopc._reports import TaskOutcome, TaskReport
+from twopc._reports import TaskOutcome, TaskReport, class_name
 from twopc._retry import RetryPolicy, call_with_retries
 from twopc.errors import PermanentSinkError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
@@ -161,7 +161,14 @@ class Phase1Task:
         """Bad data is reported in-band (the batch fails); anything else is raised."""
         if not isinstance(exc, PermanentSinkError):
             raise exc
-        return run.report(TaskOutcome.REJECTED, None, 0, 0, error=exc.cause_message)
+        return run.report(
+            TaskOutcome.REJECTED,
+            None,
+            0,
+            0,
+            error=exc.cause_message,
+            error_type=class_name(type(exc)),
+        )
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,7 @@ class _Attempt:
         size: int,
         *,
         error: str | None = None,
+        error_type: str | None = None,
     ) -> TaskReport:
         return TaskReport(
             self.ctx.partition,
@@ -191,6 +199,7 @@ class _Attempt:
             bytes=size,
             seconds=time.monotonic() - self.started,
             error=error,
+            error_type=error_type,
         )
 
 

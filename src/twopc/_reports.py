@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from twopc._metrics import TaskMetrics
-from twopc.errors import UnsupportedFormatError
+from twopc.errors import PermanentSinkError, UnsupportedFormatError
 from twopc.protocol import Committable
 
-__all__ = ["TaskOutcome", "TaskReport"]
+__all__ = ["TaskOutcome", "TaskReport", "class_name"]
+
+E = TypeVar("E", bound=BaseException)
 
 
 class TaskOutcome(StrEnum):
@@ -43,6 +45,9 @@ class TaskReport:
     seconds: float = 0.0
     error: str | None = None
     """Why the sink rejected the data (``REJECTED`` only)."""
+    error_type: str | None = None
+    """The class of the sink's error, ``module.QualifiedName`` (``REJECTED`` only; a
+    report of an older twopc has none): the driver rebuilds the error as that class."""
 
     def dumps(self) -> str:
         body: dict[str, Any] = {
@@ -55,30 +60,79 @@ class TaskReport:
             "bytes": self.bytes,
             "seconds": self.seconds,
             "error": self.error,
+            "error_type": self.error_type,
         }
         return json.dumps(body, sort_keys=True)
 
     @classmethod
     def loads(cls, text: str) -> TaskReport:
-        body = json.loads(text)
-        if body.get("format") != cls.FORMAT:
+        """Read a report written by :meth:`dumps`; anything else is refused with
+        :class:`~twopc.UnsupportedFormatError`, never misread."""
+        try:
+            body = json.loads(text)
+        except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise UnsupportedFormatError(f"a task's report is not JSON ({exc})") from exc
+        fmt = body.get("format") if isinstance(body, dict) else None
+        if fmt != cls.FORMAT:
             raise UnsupportedFormatError(
-                f"a task reported in format {body.get('format')!r}, this driver reads format "
+                f"a task reported in format {fmt!r}, this driver reads format "
                 f"{cls.FORMAT}: the executors run another twopc version than the driver "
                 "(install the same version everywhere, e.g. through PYSPARK_PYTHON)"
             )
-        raw = body.get("committable")
-        return cls(
-            partition=int(body["partition"]),
-            attempt=int(body["attempt"]),
-            outcome=TaskOutcome(body["outcome"]),
-            committable=None if raw is None else Committable.from_json(raw),
-            rows=int(body.get("rows", 0)),
-            bytes=int(body.get("bytes", 0)),
-            seconds=float(body.get("seconds", 0.0)),
-            error=body.get("error"),
-        )
+        try:
+            raw = body.get("committable")
+            return cls(
+                partition=int(body["partition"]),
+                attempt=int(body["attempt"]),
+                outcome=TaskOutcome(body["outcome"]),
+                committable=None if raw is None else Committable.from_json(raw),
+                rows=int(body.get("rows", 0)),
+                bytes=int(body.get("bytes", 0)),
+                seconds=float(body.get("seconds", 0.0)),
+                error=_optional_text(body.get("error")),
+                error_type=_optional_text(body.get("error_type")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnsupportedFormatError(f"a task's report is incomplete ({exc!r})") from exc
+
+    def rejection(self) -> PermanentSinkError:
+        """The error the sink rejected the data with, rebuilt where the report is read,
+        as its own class when this process has loaded it (the sink's module has, wherever
+        the sink is), else as :class:`~twopc.PermanentSinkError`. Classes are looked up
+        among those loaded, never imported by name."""
+        cls = _loaded_subclass(PermanentSinkError, self.error_type)
+        message = self.error or "the sink rejected the data"
+        if cls is not None:
+            try:
+                return cls(message, partition=self.partition)
+            except TypeError:  # a subclass with a constructor of its own
+                pass
+        named = f"{self.error_type}: " if self.error_type else ""
+        return PermanentSinkError(f"{named}{message}", partition=self.partition)
 
     @property
     def metrics(self) -> TaskMetrics:
         return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def class_name(cls: type) -> str:
+    """``module.QualifiedName``: how a report names an error class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _loaded_subclass(base: type[E], name: str | None) -> type[E] | None:
+    if name is None:
+        return None
+    pending: list[type[E]] = [base]
+    while pending:
+        cls = pending.pop()
+        if class_name(cls) == name:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None

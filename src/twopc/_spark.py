@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from twopc._boundary import leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskReport
@@ -165,6 +166,14 @@ class _SparkEngine:
         try:
             rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
         except Exception as exc:
+            # The one place twopc reads structure out of message text, because nothing else
+            # reaches the driver: a task's Python exception is formatted into a string on
+            # the executor, carried inside the JVM's SparkException, and handed back through
+            # py4j (or Spark Connect) as text; the exception object, its class and its
+            # sink/batch/partition never cross. What must keep its class does not go this
+            # way: data a sink rejects is reported in-band, in the task's report (see
+            # Phase1Task._rejected). Everything else here failed after Spark's own retries,
+            # so a SinkError that quotes the worker's error line is all that is left to say.
             raise SinkError(f"the Spark job failed: {_worker_error(exc)}") from exc
         if tracker is not None:
             self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
@@ -200,9 +209,15 @@ class SparkBatchWriter(BatchWriter):
         self._speculation: bool | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """One micro-batch. Everything that leaves is a twopc error naming the sink and
+        the batch: the stamp is put on here, once, for every check below."""
+        with leaving_twopc(self.sink_id, int(batch_id)):
+            self._call(df, int(batch_id))
+
+    def _call(self, df: DataFrame, batch_id: int) -> None:
         spark = df.sparkSession
         if is_connect_session(spark):
-            self._call_over_connect(df, int(batch_id))
+            self._call_over_connect(df, batch_id)
             return
         context = spark.sparkContext
         query_id = context.getLocalProperty(_QUERY_ID_KEY)
@@ -210,12 +225,10 @@ class SparkBatchWriter(BatchWriter):
             raise ConfigurationError(
                 "no streaming query id: call the writer from "
                 "df.writeStream.foreachBatch(...), not directly",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         run_id = context.getLocalProperty(_RUN_ID_KEY) or ""
         if query_id not in self._checked_queries:
-            _refuse_inexact_modes(spark, query_id, self.sink_id, batch_id)
+            _refuse_inexact_modes(spark, query_id)
             self._checked_queries.add(query_id)
 
         if self._speculation is None:
@@ -225,7 +238,7 @@ class SparkBatchWriter(BatchWriter):
                 _checkpoint_root(spark, query_id) or self._checkpoint_location
             )
         checkpoint = self._checkpoints[query_id]
-        self._write(df, int(batch_id), query_id, checkpoint, run_id)
+        self._write(df, batch_id, query_id, checkpoint, run_id)
 
     def _call_over_connect(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch started from a Spark Connect client: the function runs in a Python
@@ -237,8 +250,6 @@ class SparkBatchWriter(BatchWriter):
                 "over Spark Connect, twopc cannot discover the query's checkpoint: pass "
                 "checkpoint_location=<the query's checkpointLocation> to "
                 "twopc.foreach_batch(...)",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         # the checkpoint's query id never changes: read its metadata file once
         query_id = self._connect_query_id = self._connect_query_id or query_id_of(checkpoint)
@@ -246,8 +257,6 @@ class SparkBatchWriter(BatchWriter):
             raise ConfigurationError(
                 f"no query id in {checkpoint}/metadata: checkpoint_location must be the "
                 "query's own checkpointLocation",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         if query_id not in self._checked_queries:
             _refuse_a_foreign_checkpoint(
@@ -281,21 +290,19 @@ class SparkBatchWriter(BatchWriter):
                 df.unpersist()
 
     def _source_offsets(self, checkpoint: str | None, batch_id: int) -> SourceOffsets | None:
-        """The Kafka offsets the batch ends at, when the writer reports progress; a query
-        without a Kafka source (or whose checkpoint twopc cannot read) is refused before
-        anything is written."""
+        """The source offsets the batch ends at, when the writer reports progress; a query
+        without a source whose offsets twopc reads from the checkpoint (a Kafka source's),
+        or whose checkpoint it cannot read, is refused before anything is written."""
         if self.progress is None:
             return None
         offsets = kafka_offsets_of(checkpoint, batch_id) if checkpoint else None
         if offsets is None:
             where = f"{checkpoint}/offsets/{batch_id}" if checkpoint else "the checkpoint"
             raise ConfigurationError(
-                f"progress=... reports the Kafka offsets each batch consumed, but {where} "
-                "holds no Kafka source's offsets: use it with queries that read Kafka "
-                "(spark.readStream.format('kafka')), or drop progress="
+                f"progress=... reports the source offsets each batch consumed, but {where} "
+                "holds none twopc reads (it reads a Kafka source's): use it with queries "
+                "that read Kafka (spark.readStream.format('kafka')), or drop progress="
                 + ("" if checkpoint else "; pass checkpoint_location=... if the query has one"),
-                sink_id=self.sink_id,
-                batch_id=batch_id,
             )
         return offsets
 
@@ -339,10 +346,12 @@ def foreach_batch(
         checkpoint_location: the query's ``checkpointLocation``. Needed when the query is
             started from a Spark Connect client (the query id is read from its
             ``metadata`` file); classic PySpark discovers it.
-        progress: where to publish the Kafka offsets each batch consumed, for lag tools
-            (``twopc_kafka.ConsumerGroup``): in the batch's own transaction for a Kafka
-            sink in ``atomic`` mode on the group's cluster, else right after the batch's
-            commit. The query must read Kafka. See docs/kafka-to-kafka.md.
+        progress: where to publish the source offsets each batch consumed, for lag tools
+            (a :class:`~twopc.ProgressReporter`, e.g. ``twopc_kafka.ConsumerGroup``): in
+            the batch's own transaction when the sink commits them there (the Kafka sink in
+            ``atomic`` mode on the group's cluster), else right after the batch's commit.
+            The query must read a source whose offsets twopc reads from the checkpoint
+            (Kafka). See docs/kafka-to-kafka.md.
 
     Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
     makes ``twopc recover`` refuse to act while the query runs.
@@ -399,7 +408,7 @@ def _checkpoint_root(spark: Any, query_id: str) -> str | None:
         return None
 
 
-def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int) -> None:
+def _refuse_inexact_modes(spark: Any, query_id: str) -> None:
     """Asynchronous progress tracking and real-time mode give up exactly-once."""
     execution = _streaming_query(spark, query_id)
     if execution is None:
@@ -413,14 +422,10 @@ def _refuse_inexact_modes(spark: Any, query_id: str, sink_id: str, batch_id: int
         raise ConfigurationError(
             "asynchronous progress tracking (asyncProgressTrackingEnabled) gives up "
             "exactly-once; turn it off for queries that use twopc",
-            sink_id=sink_id,
-            batch_id=batch_id,
         )
     if "RealTime" in trigger or "RealTime" in kind:
         raise ConfigurationError(
             "real-time mode gives up exactly-once; use a micro-batch trigger with twopc",
-            sink_id=sink_id,
-            batch_id=batch_id,
         )
 
 

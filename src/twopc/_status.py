@@ -74,6 +74,14 @@ class ItemKind(StrEnum):
     OPEN = WorkKind.OPEN.value
 
 
+_ITEM_KIND = {
+    WorkKind.PREPARED: ItemKind.PREPARED,
+    WorkKind.UNPREPARED: ItemKind.UNPREPARED,
+    WorkKind.OPEN: ItemKind.OPEN,
+}
+"""What a sink's pending work is as a status item."""
+
+
 @dataclass(frozen=True)
 class StatusItem:
     """One thing recovery would act on, and the action."""
@@ -104,9 +112,10 @@ class QueryStatus:
     target_partitions: dict[int, int] | None
     pending_decisions: tuple[int, ...] = ()
     source: SourceOffsets | None = None
-    """The Kafka offsets the last committed batch ended at (queries that report progress)."""
+    """The source offsets the last committed batch ended at (queries that report progress)."""
     progress_to: dict[str, Any] | None = None
-    """Where those offsets are published (the consumer group, as the decision recorded it)."""
+    """Where those offsets are published (the progress reporter's ``describe()``, as the
+    decision recorded it)."""
     group: GroupProgress | None = None
     """The group's offsets and lag now, when the group could be asked."""
     group_error: str | None = None
@@ -141,11 +150,6 @@ class SinkStatus:
     writers: tuple[WriterStatus, ...]
     notes: tuple[str, ...] = ()
     checked_at: float = field(default_factory=time.time)
-
-    @property
-    def in_doubt(self) -> tuple[StatusItem, ...]:
-        """Items recovery would commit, abort, mark done or sweep."""
-        return self.items
 
     @property
     def running(self) -> tuple[WriterStatus, ...]:
@@ -312,7 +316,7 @@ def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | No
             action, why = Action.ABORT, "no decision for the batch"
         detail = f"{why}; {work.detail}" if work.detail else why
     return StatusItem(
-        kind=ItemKind(work.kind.value),
+        kind=_ITEM_KIND[work.kind],
         ident=work.ident,
         action=action,
         query_id=work.query_id,
@@ -430,8 +434,9 @@ def recover_sink(
     liveness record says a writer runs (the query's own recovery could race with this one
     and abort work it is about to commit), unless ``force``. ``dry_run`` only plans, and
     is never refused.
-    After acting it inspects again; open Kafka transactions take a moment to show as
-    aborted, so it waits up to ``settle_seconds`` for those.
+    After acting it inspects again; work the target aborts on its own time (open
+    transactions that fencing aborts, e.g. Kafka's) takes a moment to show as aborted, so it
+    waits up to ``settle_seconds`` for that.
     """
     plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
     if dry_run:  # changes nothing, so it needs no refusal; the plan shows the writers

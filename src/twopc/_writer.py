@@ -10,10 +10,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from twopc._boundary import describe_exception
+from twopc._boundary import leaving_twopc
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
-from twopc._liveness import Heartbeat, this_host
+from twopc._liveness import Heartbeat, HeartbeatState, this_host
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import check_roles
 from twopc._phase1 import BatchEngine
@@ -62,8 +62,7 @@ def resolve_commit_log(
         return join(checkpoint_root, "twopc", sink_id), storage_options
     raise ConfigurationError(
         "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
-        "(for example a directory next to the query's checkpoint)",
-        sink_id=sink_id,
+        "(for example a directory next to the query's checkpoint)"
     )
 
 
@@ -138,7 +137,7 @@ class BatchWriter:
         )
 
     def _heartbeat(
-        self, coordinator: Coordinator, query_id: str, batch_id: int, state: str
+        self, coordinator: Coordinator, query_id: str, batch_id: int, state: HeartbeatState
     ) -> None:
         """Best effort: a lost heartbeat must not fail a batch whose data is fine."""
         record = Heartbeat(
@@ -183,29 +182,28 @@ class BatchWriter:
         input_fingerprint: str | None = None,
         source_offsets: SourceOffsets | None = None,
     ) -> BatchMetrics:
-        coordinator = self.coordinator(checkpoint_root)
-        self._heartbeat(coordinator, query_id, batch_id, "writing")
+        with leaving_twopc(self.sink_id, batch_id):
+            coordinator = self.coordinator(checkpoint_root)
+        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
         try:
-            metrics = coordinator.run_batch(
-                query_id,
-                batch_id,
-                engine,
-                run_id=run_id,
-                input_fingerprint=input_fingerprint,
-                source_offsets=source_offsets,
-            )
-        except Exception as exc:
-            self._heartbeat(coordinator, query_id, batch_id, "failed")
-            error = _as_twopc_error(exc, self.sink_id, batch_id)
+            with leaving_twopc(self.sink_id, batch_id):
+                metrics = coordinator.run_batch(
+                    query_id,
+                    batch_id,
+                    engine,
+                    run_id=run_id,
+                    input_fingerprint=input_fingerprint,
+                    source_offsets=source_offsets,
+                )
+        except TwoPCError as error:
+            self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
             self._record(
                 BatchMetrics(
                     self.sink_id, query_id, batch_id, status=BatchStatus.FAILED, error=str(error)
                 )
             )
-            if error is exc:
-                raise
-            raise error from exc
-        self._heartbeat(coordinator, query_id, batch_id, "idle")
+            raise
+        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
         self._record(metrics)
         return metrics
 
@@ -218,11 +216,3 @@ class BatchWriter:
         except Exception:
             # The batch is already decided; a broken callback must not fail the query.
             _log.exception("twopc sink=%s: on_metrics callback failed", self.sink_id)
-
-
-def _as_twopc_error(exc: Exception, sink_id: str, batch_id: int) -> TwoPCError:
-    """The error a batch fails with: a twopc error that names the sink and the batch
-    (anything else, e.g. the commit log's storage failing, is wrapped)."""
-    if isinstance(exc, TwoPCError):
-        return exc.at(sink_id=sink_id, batch_id=batch_id)
-    return TwoPCError(describe_exception(exc), sink_id=sink_id, batch_id=batch_id)

@@ -86,10 +86,7 @@ class LocalEngine:
         if pending:
             first = pending[0]
             raise SinkError(
-                f"task failed {self.max_attempts} time(s): {failures[first]}",
-                sink_id=task.sink_id,
-                batch_id=task.batch_id,
-                partition=first,
+                f"task failed {self.max_attempts} time(s): {failures[first]}", partition=first
             )
         return [reports[p] for p in sorted(reports)]
 

@@ -1,6 +1,8 @@
 """Plugin discovery: backends are pluggy plugins found through the ``twopc`` entry-point group.
 
-A plugin package declares an entry point and implements one hook::
+A plugin package declares an entry point and implements one hook or both: ``twopc_sinks``
+(sink backends, :class:`SinkSpec`) and ``twopc_progress_reporters`` (where a query's source
+progress is published, :class:`ProgressSpec`)::
 
     # pyproject.toml
     [project.entry-points.twopc]
@@ -15,6 +17,7 @@ A plugin package declares an entry point and implements one hook::
                                requires=("mysink_driver",),
                                install_hint='pip install "mysink-twopc"')]
 
+The core names no backend: it creates sinks and progress reporters through these specs.
 Loading isolates failures: a plugin that fails to import or whose hook raises is reported
 (:meth:`PluginRegistry.failures`, ``twopc plugins``) and skipped; it never hides the others.
 The first-party backends are registered exactly this way. Set ``TWOPC_DISABLE_PLUGINS`` to
@@ -29,7 +32,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -39,8 +42,10 @@ from twopc.errors import (
     BackendNotFoundError,
     BackendNotInstalledError,
     BackendUnavailableError,
+    ConfigurationError,
     PluginError,
 )
+from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "BackendInfo",
     "PluginFailure",
     "PluginRegistry",
+    "ProgressSpec",
     "SinkSpec",
     "create_sink",
     "hookimpl",
@@ -97,18 +103,49 @@ class SinkSpec:
         missing = self.missing_requirements()
         if missing:
             raise BackendNotInstalledError(_missing_message(self, missing))
-        module_name, _, attribute = self.factory.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
+        return _import_factory(f"the {self.name} backend", self.factory, self.install_hint)
+
+
+@dataclass(frozen=True)
+class ProgressSpec:
+    """A progress reporter a plugin provides (:class:`~twopc.ProgressReporter`): where a
+    streaming query's source offsets are published. Imports nothing until it is used.
+
+    The core builds reporters from what a reporter recorded of itself, so it never names a
+    backend: ``twopc status`` from :meth:`~twopc.ProgressReporter.describe` as the commit
+    log kept it, ``format("twopc")`` from its ``progress_*`` options.
+
+    Attributes:
+        kind: the reporter's kind, as its ``describe()["kind"]`` says, e.g.
+            ``"kafka-consumer-group"``.
+        factory: ``"module:callable"`` (the callable may be a class attribute,
+            ``"module:Class.method"``), called as ``factory(described, config)``:
+            ``described`` is a ``describe()`` mapping (``format("twopc")``: the
+            ``progress_<key>`` options as ``<key>``), ``config`` the client settings given
+            apart from it (credentials, never recorded). Returns a ``ProgressReporter``;
+            raises :class:`~twopc.ConfigurationError` for what is missing.
+        description: one line for people.
+        requires: importable module names the reporter needs (checked without importing).
+        install_hint: how to install them.
+    """
+
+    kind: str
+    factory: str
+    description: str = ""
+    requires: tuple[str, ...] = ()
+    install_hint: str | None = None
+
+    def load(self) -> Callable[[Mapping[str, Any], Mapping[str, Any]], ProgressReporter]:
+        """Import and return the factory, with an install hint if dependencies are missing."""
+        missing = [module for module in self.requires if not _importable(module)]
+        if missing:
+            text = f"the {self.kind} progress reporter needs {', '.join(missing)}"
             raise BackendNotInstalledError(
-                f"the {self.name} backend failed to import ({exc})"
-                + (f"; {self.install_hint}" if self.install_hint else "")
-            ) from exc
-        factory = getattr(module, attribute, None)
-        if not callable(factory):
-            raise PluginError(f"the {self.name} backend's factory {self.factory!r} is not callable")
-        return factory  # type: ignore[no-any-return]
+                f"{text}: {self.install_hint}" if self.install_hint else text
+            )
+        return _import_factory(
+            f"the {self.kind} progress reporter", self.factory, self.install_hint
+        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +178,10 @@ class _HookSpecs:
     def twopc_sinks(self) -> Iterable[SinkSpec]:  # type: ignore[empty-body]
         """Return the sink backends this plugin provides."""
 
+    @hookspec
+    def twopc_progress_reporters(self) -> Iterable[ProgressSpec]:  # type: ignore[empty-body]
+        """Return the progress reporters this plugin provides."""
+
 
 @dataclass(frozen=True)
 class _Origin:
@@ -163,6 +204,7 @@ class PluginRegistry:
         self._origins: dict[str, _Origin] = {}
         self._failures: list[PluginFailure] = []
         self._specs: dict[str, tuple[SinkSpec, _Origin]] = {}
+        self._progress: dict[str, tuple[ProgressSpec, _Origin]] = {}
         if entry_points:
             self._load_entry_points()
         for index, plugin in enumerate(plugins):
@@ -200,31 +242,49 @@ class PluginRegistry:
         self._origins[origin.plugin] = origin
 
     def _collect_specs(self) -> None:
+        for spec, origin in self._hook_results("twopc_sinks", SinkSpec):
+            assert isinstance(spec, SinkSpec)
+            self._add(self._specs, spec.name, spec, origin, "backend name")
+        for spec, origin in self._hook_results("twopc_progress_reporters", ProgressSpec):
+            assert isinstance(spec, ProgressSpec)
+            self._add(self._progress, spec.kind, spec, origin, "progress reporter kind")
+
+    def _hook_results(self, hook: str, expected: type) -> Iterable[tuple[object, _Origin]]:
         # Call each implementation on its own: pluggy stops at the first exception, and one
         # broken plugin must not hide the others.
-        for impl in self._manager.hook.twopc_sinks.get_hookimpls():
+        for impl in getattr(self._manager.hook, hook).get_hookimpls():
             origin = self._origins.get(impl.plugin_name, _Origin(impl.plugin_name, "?", "?"))
             try:
                 specs = list(cast("Iterable[object] | None", impl.function()) or ())
             except Exception as exc:
-                self._fail(origin, f"twopc_sinks() raised {type(exc).__name__}: {exc}")
+                self._fail(origin, f"{hook}() raised {type(exc).__name__}: {exc}")
                 continue
             for spec in specs:
-                self._add_spec(spec, origin)
+                if isinstance(spec, expected):
+                    yield spec, origin
+                else:
+                    self._fail(
+                        origin,
+                        f"{hook}() returned {type(spec).__name__}, not {expected.__name__}",
+                    )
 
-    def _add_spec(self, spec: object, origin: _Origin) -> None:
-        if not isinstance(spec, SinkSpec):
-            self._fail(origin, f"twopc_sinks() returned {type(spec).__name__}, not SinkSpec")
-            return
-        if spec.name in self._specs:
-            other = self._specs[spec.name][1]
+    def _add(
+        self,
+        found: dict[str, tuple[Any, _Origin]],
+        key: str,
+        spec: object,
+        origin: _Origin,
+        what: str,
+    ) -> None:
+        if key in found:
+            other = found[key][1]
             self._fail(
                 origin,
-                f"backend name {spec.name!r} is already provided by plugin {other.plugin!r} "
+                f"{what} {key!r} is already provided by plugin {other.plugin!r} "
                 f"({other.distribution}); ignored",
             )
             return
-        self._specs[spec.name] = (spec, origin)
+        found[key] = (spec, origin)
 
     def _fail(self, origin: _Origin, error: str) -> None:
         _log.warning("twopc plugin %s (%s) skipped: %s", origin.plugin, origin.distribution, error)
@@ -272,6 +332,37 @@ class PluginRegistry:
             )
         return infos
 
+    def progress_kinds(self) -> list[str]:
+        """The kinds of the progress reporters installed, sorted."""
+        return sorted(self._progress)
+
+    def progress_spec(self, kind: str) -> ProgressSpec:
+        try:
+            return self._progress[kind][0]
+        except KeyError:
+            known = ", ".join(self.progress_kinds()) or "none"
+            raise BackendNotFoundError(
+                f"no twopc progress reporter of kind {kind!r}; installed kinds: {known}"
+            ) from None
+
+    def create_progress_reporter(
+        self, described: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    ) -> ProgressReporter:
+        """The reporter ``described`` names by its ``kind`` (what its ``describe()``
+        recorded), with the client settings ``config``."""
+        kind = described.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise ConfigurationError(
+                f"a progress reporter's description names no kind: {dict(described)!r}"
+            )
+        reporter = self.progress_spec(kind).load()(described, dict(config or {}))
+        if not isinstance(reporter, ProgressReporter):
+            raise PluginError(
+                f"the {kind} progress reporter's factory returned {type(reporter).__name__}, "
+                "not a twopc.ProgressReporter"
+            )
+        return reporter
+
     def create_sink(self, backend: str, /, **options: Any) -> Sink[Any]:
         factory = self.spec(backend).load()
         sink = factory(**options)
@@ -287,6 +378,23 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _import_factory(label: str, factory: str, install_hint: str | None) -> Callable[..., Any]:
+    """The callable ``"module:attribute[.attribute]"`` names."""
+    module_name, _, attribute = factory.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendNotInstalledError(
+            f"{label} failed to import ({exc})" + (f"; {install_hint}" if install_hint else "")
+        ) from exc
+    found: Any = module
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+    if not callable(found):
+        raise PluginError(f"{label}'s factory {factory!r} is not callable")
+    return cast("Callable[..., Any]", found)
 
 
 def _missing_message(spec: SinkSpec, missing: Sequence[str]) -> str:

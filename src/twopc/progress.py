@@ -116,8 +116,9 @@ class GroupProgress:
 class ProgressReporter(ABC):
     """Publishes a query's source offsets where lag tools read them.
 
-    Implementations: ``twopc_kafka.ConsumerGroup``. One reporter serves one sink id; it
-    refuses a group that another application (or another twopc sink) uses.
+    Implementations: ``twopc_kafka.ConsumerGroup``; a plugin provides one with a
+    :class:`~twopc.ProgressSpec`. One reporter serves one sink id; it refuses a group that
+    another application (or another twopc sink) uses.
     """
 
     group_id: str
@@ -138,7 +139,9 @@ class ProgressReporter(ABC):
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """What to keep in the commit log to find the group again (no secrets)."""
+        """What to keep in the commit log to find the group again (no secrets). Its
+        ``kind`` names the :class:`~twopc.ProgressSpec` whose factory builds the reporter
+        again from this mapping (``twopc status`` does)."""
 
     def offset_metadata(self, sink_id: str, query_id: str, batch_id: int) -> str:
         """The metadata committed with every offset: whose offsets they are."""

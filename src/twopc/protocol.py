@@ -10,12 +10,12 @@ Arrow record batch, :meth:`~Sink.pre_commit` (make the data durable, return a sm
   batch's decision once every partition prepared, then calls :meth:`~CommitsOnDriver.commit`;
   recovery lists prepared work with :meth:`~CommitsOnDriver.recover` and commits what a
   decision names, aborting the rest. Readers see nothing of a batch before the decision.
-* :class:`CommitsInTask`: the transaction cannot leave the task that opened it (a Kafka
-  producer, a plain database transaction). The task commits it right after ``pre_commit``
-  with :meth:`~CommitsInTask.commit_in_task`, together with a marker (a Kafka group offset,
-  a marker row) that records "partition p of batch b is committed" atomically with the
-  data; a replayed task finds its marker and writes nothing. Partitions of a failed batch
-  that had committed stay committed.
+* :class:`CommitsInTask`: the transaction cannot leave the task that opened it (a plain
+  database transaction, a Kafka producer's). The task commits it right after
+  ``pre_commit`` with :meth:`~CommitsInTask.commit_in_task`, together with a marker (a
+  marker row, a Kafka group offset) that records "partition p of batch b is committed"
+  atomically with the data; a replayed task finds its marker and writes nothing.
+  Partitions of a failed batch that had committed stay committed.
 
 The coordinator picks its path from the role, once: nothing else declares how a sink
 commits. Flink's names map one to one: ``SinkWriter.prepareCommit`` → ``pre_commit``,
@@ -214,7 +214,12 @@ class Committable:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Committable:
-        """Rebuild a committable written by :meth:`to_json`; refuses other formats."""
+        """Rebuild a committable written by :meth:`to_json`; refuses other formats and
+        anything that is not one (:class:`~twopc.UnsupportedFormatError`)."""
+        if not isinstance(data, Mapping):
+            raise UnsupportedFormatError(
+                f"a committable must be a JSON object, not {type(data).__name__}"
+            )
         fmt = data.get("format")
         if fmt != COMMITTABLE_FORMAT_VERSION:
             raise UnsupportedFormatError(
@@ -260,8 +265,8 @@ class Footprint:
     partitions it ran with.
 
     The coordinator records the footprint of every batch in its commit log before phase 1,
-    so a restart with another partition count or other naming options (a Kafka
-    ``transactional.id`` prefix) still finds what an earlier run left, with no probe limit.
+    so a restart with another partition count or other naming options (e.g. the prefix of
+    Kafka's ``transactional.id``) still finds what an earlier run left, with no probe limit.
     ``naming`` is what :meth:`Sink.naming` returned for that run.
     """
 
@@ -295,8 +300,9 @@ class WorkKind(StrEnum):
     UNPREPARED = "unprepared"
     """Left by an attempt that never prepared (staged files, a staging table): swept."""
     OPEN = "open"
-    """Open in the target but not attributable to a task (an open Kafka transaction seen
-    only as a partition held back): aborted by fencing or the target's own timeout."""
+    """Open in the target but not attributable to a task (a transaction the target shows
+    only as data held back from readers, e.g. an open Kafka transaction): aborted by fencing
+    or the target's own timeout."""
 
 
 @dataclass(frozen=True)
@@ -536,8 +542,8 @@ class CommitsInTask(KeepsMarkers, Generic[TxnT]):
 
         Called at recovery once per coordinator, for the footprint of each query's newest
         batch, including runs with other naming or more partitions than this one. Sinks
-        whose transactions are found by name rather than by listing (Kafka transactional
-        ids) implement it; it must not touch committed work. Returns how many it aborted,
-        if known (else 0).
+        whose transactions are found by name rather than by listing (e.g. Kafka's
+        transactional ids) implement it; it must not touch committed work. Returns how many
+        it aborted, if known (else 0).
         """
         return 0

@@ -71,7 +71,7 @@ def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
         try:
             fs.pipe_file(path, data, mode="create")
         except OSError as exc:
-            if "precondition" in str(exc).lower() or isinstance(exc, FileExistsError):
+            if _precondition_failed(exc):
                 return False
             raise
         return True
@@ -79,6 +79,24 @@ def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
         return False
     fs.pipe_file(path, data)
     return True
+
+
+_PRECONDITION_FAILED = ("PreconditionFailed", "412")
+
+
+def _precondition_failed(exc: OSError) -> bool:
+    """Whether s3fs's conditional ``PUT`` found the name taken. s3fs raises
+    ``FileExistsError`` when the store names the failed condition; stores that do not
+    (S3Proxy, some S3 look-alikes) give an ``OSError`` caused by botocore's ``ClientError``,
+    whose response carries the error code ``PreconditionFailed`` (HTTP 412)."""
+    if isinstance(exc, FileExistsError):
+        return True
+    response = getattr(exc.__cause__, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = (response.get("Error") or {}).get("Code")
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code in _PRECONDITION_FAILED or status == 412
 
 
 def _write_local(path: str, data: bytes, *, exclusive: bool) -> bool:

@@ -32,7 +32,7 @@ import hashlib
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -85,15 +85,25 @@ SEQ_COLUMN = "twopc_seq"
 
 @dataclass(frozen=True)
 class SqlPayload(Payload):
-    """A task's committable: its rows, and its prepared branch (``two_phase``), or that
-    it found its marker and wrote nothing (``skipped``)."""
+    """A task's committable: its rows and, when it prepared (``two_phase``), its branch.
 
-    version: ClassVar[int] = 1
+    Without a branch, nothing waits to be committed: the task committed in the task
+    (``transaction`` mode), or found its marker and wrote nothing. The driver then reads
+    the partition's marker row to tell committed from lost. Version 1 also carried a
+    ``skipped`` flag for the second case; the marker says the same, so it is dropped when
+    read.
+    """
+
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
 
     rows: int
-    skipped: bool = False
     gtrid: str | None = None
     bqual: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> SqlPayload:
+        return cls(int(data["rows"]), data.get("gtrid"), data.get("bqual"))
 
     @property
     def xid(self) -> TransactionId | None:
@@ -617,7 +627,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                 raise self._error(exc, "pre-commit failed") from exc
         if txn.skip:
             self.abort(txn)  # nothing was written; end the empty transaction
-            return Committable.for_task(txn.ctx, SqlPayload(rows=0, skipped=True))
+            return Committable.for_task(txn.ctx, SqlPayload(rows=0))  # no branch: the marker
         if txn.xid is not None:
             _close_quietly(txn.conn)  # MariaDB lets others commit a branch only once detached
             payload = SqlPayload(txn.rows, gtrid=txn.xid.gtrid, bqual=txn.xid.bqual)
@@ -694,13 +704,11 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         return outcomes
 
     def _commit_one(self, c: Committable) -> CommitOutcome:
-        payload = SqlPayload.of(c)
-        xid = payload.xid
-        if payload.skipped:
-            return CommitOutcome.ALREADY_COMMITTED  # the task found its marker
+        xid = SqlPayload.of(c).xid
         if xid is None:
-            # a transaction-mode task's work, decided for the driver by a log that did not
-            # record the path: its task committed it, or nothing did
+            # Nothing was prepared: the task found its marker (a replay), or it committed
+            # in the task (transaction mode, decided for the driver by a log that did not
+            # record the path). The marker row tells committed from lost.
             return self._committed_in_its_task(c)
         try:
             if self.commit_prepared(xid):
@@ -721,8 +729,9 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         if self._has_marker(c):
             return CommitOutcome.ALREADY_COMMITTED
         raise CommitError(
-            "the task's transaction was rolled back before it committed (no marker row); "
-            "the partition is written again when the task or the batch is rerun"
+            "the task prepared nothing, and no marker row shows the partition committed: "
+            "its transaction was rolled back before it committed; the partition is written "
+            "again when the task or the batch is rerun"
         )
 
     def _has_marker(self, c: Committable) -> bool:

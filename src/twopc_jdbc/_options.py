@@ -15,8 +15,6 @@ __all__ = ["MODES", "TRANSACTION_MODES", "ConnectionSettings", "SqlOptions", "Ta
 MODES = ("append", "upsert")
 TRANSACTION_MODES = ("transaction", "two_phase")
 
-_SECRET_KEYS = frozenset({"password", "passwd", "sslpassword", "sslkey", "ssl_key"})
-
 
 @dataclass(frozen=True)
 class TableName:
@@ -86,9 +84,6 @@ class ConnectionSettings:
         port = f":{self.port}" if self.port else ""
         database = f"/{self.database}" if self.database else ""
         return f"{who}{self.host}{port}{database}"
-
-    def safe_options(self) -> dict[str, Any]:
-        return {k: ("***" if k.lower() in _SECRET_KEYS else v) for k, v in self.options.items()}
 
 
 _COLUMN = re.compile(r"^[^\x00]{1,63}$")

@@ -36,6 +36,8 @@ __all__ = ["ConsumerGroup"]
 
 _log = logging.getLogger("twopc.kafka")
 
+_KIND = "kafka-consumer-group"
+"""What :meth:`ConsumerGroup.describe` records as the reporter's kind (its ``ProgressSpec``)."""
 _OURS = "twopc sink="
 _COORDINATOR_MOVING = {
     KafkaError.NOT_COORDINATOR,
@@ -76,6 +78,23 @@ class ConsumerGroup(ProgressReporter):
         self._admin: Any = None
         self._cluster_id: str | None = None
 
+    @classmethod
+    def from_description(
+        cls, described: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    ) -> ConsumerGroup:
+        """The group :meth:`describe` recorded (``group``, ``bootstrap_servers``), with the
+        admin client's settings ``config``: how ``twopc status`` and ``format("twopc")``'s
+        ``progress_*`` options build it (the plugin's ``ProgressSpec`` factory)."""
+        missing = [key for key in ("group", "bootstrap_servers") if not described.get(key)]
+        if missing:
+            raise ConfigurationError(
+                f"a {_KIND} progress reporter needs {' and '.join(map(repr, missing))} (the "
+                "group lag tools watch, and the brokers of the source's cluster; "
+                'format("twopc"): .option("progress_group", ...), '
+                '.option("progress_bootstrap_servers", ...))'
+            )
+        return cls(str(described["group"]), str(described["bootstrap_servers"]), config=config)
+
     def __repr__(self) -> str:
         return (
             f"ConsumerGroup(group_id={self.group_id!r}, "
@@ -91,7 +110,7 @@ class ConsumerGroup(ProgressReporter):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "kind": "kafka-consumer-group",
+            "kind": _KIND,
             "group": self.group_id,
             "bootstrap_servers": self.bootstrap_servers,
         }

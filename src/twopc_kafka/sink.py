@@ -23,7 +23,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,7 +35,6 @@ from twopc import (
     CommitsInTask,
     CommitsProgressInTask,
     Committable,
-    ConfigurationError,
     Footprint,
     Inspection,
     Payload,
@@ -48,37 +47,36 @@ from twopc import (
     TaskContext,
     TransientSinkError,
 )
-from twopc_kafka._clients import ENFORCED, KafkaClients
+from twopc_kafka._clients import KafkaClients
 from twopc_kafka._errors import ClientErrors, classify, error
 from twopc_kafka._inspect import open_transactions
 from twopc_kafka._marker_log import MarkerLog, marker_record
 from twopc_kafka._markers import Markers, marker_lifetime_seconds
+from twopc_kafka._options import MODES, KafkaOptions
 from twopc_kafka._produce import KafkaTransaction, produce_all, require_topics
-from twopc_kafka._records import VALUE_FORMATS, RowSerializer, record_columns
-from twopc_kafka._registry import (
-    REGISTRY_FORMATS,
-    RegistryOptions,
-    SerializerServiceError,
-    redact_url,
-)
+from twopc_kafka._records import RowSerializer, record_columns
+from twopc_kafka._registry import SerializerServiceError, redact_url
 
 __all__ = ["MODES", "KafkaPayload", "KafkaSink", "KafkaTransaction"]
 
 _log = logging.getLogger("twopc.kafka")
 
-MODES = ("per_partition", "atomic")
-
 
 @dataclass(frozen=True)
 class KafkaPayload(Payload):
-    """A task's committable: its transactional id and rows, or that it found its marker
-    and wrote nothing (``skipped``)."""
+    """A task's committable: its transactional id and the rows it wrote (0 when it found
+    its marker and wrote nothing; ``commit_in_task`` says so). Version 1 also carried a
+    ``skipped`` flag that nothing read; it is dropped when read."""
 
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
 
     transactional_id: str
     rows: int
-    skipped: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> KafkaPayload:
+        return cls(str(data["transactional_id"]), int(data["rows"]))
 
 
 class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], CommitsProgressInTask):
@@ -148,112 +146,56 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
         operation_timeout_seconds: float = 30.0,
         lingering_probe: int = 8,
     ) -> None:
-        if not bootstrap_servers:
-            raise ConfigurationError("kafka sink: bootstrap_servers is required")
-        if mode not in MODES:
-            raise ConfigurationError(f"kafka sink: mode must be one of {', '.join(MODES)}")
-        if value_format not in VALUE_FORMATS:
-            raise ConfigurationError(
-                f"kafka sink: value_format must be one of {', '.join(VALUE_FORMATS)}"
-            )
-        if not (marker_topic or topic):
-            raise ConfigurationError(
-                "kafka sink: give topic= (or marker_topic=): the commit markers need an "
-                "existing topic"
-            )
-        config = dict(producer_config or {})
-        for key, value in ENFORCED.items():
-            if key in config and str(config[key]).lower() != str(value).lower():
-                raise ConfigurationError(
-                    f"kafka sink: {key}={config[key]!r} would give up exactly-once; twopc "
-                    f"needs {key}={value}"
-                )
-        if "transactional.id" in config:
-            raise ConfigurationError(
-                "kafka sink: transactional.id is derived from transactional_id_prefix, the "
-                "sink id and the partition; do not set it"
-            )
-        self.bootstrap_servers = bootstrap_servers
-        self.topic = topic
-        self.mode = mode
-        self.prefix = transactional_id_prefix
-        self.value_format = value_format
-        self.key_column = key_column
-        if value_serializer is not None and ":" not in value_serializer:
-            raise ConfigurationError(
-                "kafka sink: value_serializer must be 'package.module:factory', not "
-                f"{value_serializer!r}"
-            )
-        self.value_serializer = value_serializer
-        self.registry = self._registry_options(
-            value_format,
+        options = KafkaOptions.of(
+            bootstrap_servers,
+            topic=topic,
+            mode=mode,
+            transactional_id_prefix=transactional_id_prefix,
+            value_format=value_format,
+            key_column=key_column,
             value_serializer=value_serializer,
-            url=schema_registry_url,
+            schema_registry_url=schema_registry_url,
             value_schema=value_schema,
-            client_config=schema_registry_config,
+            schema_registry_config=schema_registry_config,
             serializer_config=serializer_config,
+            marker_topic=marker_topic,
+            marker_log_topic=marker_log_topic,
+            transaction_timeout_ms=transaction_timeout_ms,
+            producer_config=producer_config,
+            operation_timeout_seconds=operation_timeout_seconds,
+            lingering_probe=lingering_probe,
         )
+        self.bootstrap_servers = options.bootstrap_servers
+        self.topic = options.topic
+        self.mode = options.mode
+        self.prefix = options.transactional_id_prefix
+        self.value_format = options.value_format
+        self.key_column = options.key_column
+        self.value_serializer = options.value_serializer
+        self.registry = options.registry
         self._serializer: RowSerializer | None = None
-        self.marker_topic = marker_topic or topic or ""
-        if marker_log_topic is not None and marker_log_topic in (self.marker_topic, topic):
-            raise ConfigurationError(
-                "kafka sink: marker_log_topic must be a topic of its own (compacted), not the "
-                f"output or marker topic {marker_log_topic!r}"
-            )
-        self.marker_log_topic = marker_log_topic or None
-        self.transaction_timeout_ms = int(transaction_timeout_ms)
-        self.producer_config = config
-        self.timeout = float(operation_timeout_seconds)
-        self.lingering_probe = int(lingering_probe)
+        self.marker_topic = options.marker_topic
+        self.marker_log_topic = options.marker_log_topic
+        self.transaction_timeout_ms = options.transaction_timeout_ms
+        self.producer_config = options.producer_config
+        self.timeout = options.operation_timeout_seconds
+        self.lingering_probe = options.lingering_probe
         self.clients = KafkaClients(
-            bootstrap_servers, config, self.timeout, self.transaction_timeout_ms
+            self.bootstrap_servers,
+            self.producer_config,
+            self.timeout,
+            self.transaction_timeout_ms,
         )
         self.markers = Markers(self.clients, self.marker_topic, self.prefix)
-        self.marker_log = MarkerLog(self.clients, marker_log_topic) if marker_log_topic else None
-        self.single_task = mode == "atomic"  # one transaction per micro-batch
+        self.marker_log = (
+            MarkerLog(self.clients, self.marker_log_topic) if self.marker_log_topic else None
+        )
+        self.single_task = self.mode == "atomic"  # one transaction per micro-batch
         self._known_topics: set[str] = set()
         self._swept_prefix = False
         # transactional ids this process has fenced (aborting their open transaction)
         self._probed: set[str] = set()
         self._marker_lifetime: float | None = None
-
-    @staticmethod
-    def _registry_options(
-        value_format: str,
-        *,
-        value_serializer: str | None,
-        url: str | None,
-        value_schema: str | None,
-        client_config: dict[str, Any] | None,
-        serializer_config: dict[str, Any] | None,
-    ) -> RegistryOptions | None:
-        """The Avro/Protobuf settings, checked now; None for the other value formats."""
-        if value_format not in REGISTRY_FORMATS:
-            given = {
-                "schema_registry_url": url,
-                "value_schema": value_schema,
-                "schema_registry_config": client_config,
-                "serializer_config": serializer_config,
-            }
-            extra = sorted(name for name, value in given.items() if value is not None)
-            if extra:
-                raise ConfigurationError(
-                    f"kafka sink: {', '.join(extra)} only apply to value_format='avro' or "
-                    f"'protobuf', not {value_format!r}"
-                )
-            return None
-        if value_serializer is not None:
-            raise ConfigurationError(
-                f"kafka sink: value_format={value_format!r} and value_serializer both say how "
-                "to serialize values; give one"
-            )
-        return RegistryOptions(
-            value_format,
-            url or "",
-            value_schema or "",
-            dict(client_config or {}),
-            dict(serializer_config or {}),
-        )
 
     def __repr__(self) -> str:
         registry = ""
@@ -402,7 +344,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
 
     def pre_commit(self, txn: KafkaTransaction) -> Committable:
         ctx = txn.ctx
-        payload = KafkaPayload(txn.transactional_id, txn.rows, skipped=txn.skip)
+        payload = KafkaPayload(txn.transactional_id, 0 if txn.skip else txn.rows)
         if not txn.skip:
             group = self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition)
             if self.marker_log is not None:

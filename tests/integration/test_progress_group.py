@@ -197,7 +197,7 @@ def test_twopc_status_shows_the_source_offsets_and_the_group_lag(
     text = twopc_cli("status", *cli)
     assert text.returncode == 0, text.stderr
     assert f"source offsets of batch 0: {src}[0]=9" in text.stdout
-    assert f"consumer group {name}: lag 3 ({src}[0] at 9 of 12)" in text.stdout
+    assert f"progress group {name}: lag 3 ({src}[0] at 9 of 12)" in text.stdout
 
 
 @pytest.mark.parametrize(

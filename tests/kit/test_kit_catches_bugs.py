@@ -45,7 +45,7 @@ class TestUnderTest(SinkConformanceSuite):
 _MEMORY_SUITE = """
 import uuid
 
-from twopc.testing import SinkConformanceSuite, memory_store
+from twopc.testing import SinkConformanceSuite, forget_store, memory_store
 
 
 class TestUnderTest(SinkConformanceSuite):
@@ -56,7 +56,7 @@ class TestUnderTest(SinkConformanceSuite):
         return f"kit-{{uuid.uuid4().hex}}"
 
     def drop_target(self, target):
-        memory_store(target).clear()
+        forget_store(target)
 
     def read_committed(self, target):
         return list(memory_store(target).visible)

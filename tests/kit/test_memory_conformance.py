@@ -15,6 +15,7 @@ from twopc.testing import (
     DriverCommitChecks,
     TaskCommitChecks,
     TaskSideChecks,
+    forget_store,
     memory_store,
 )
 
@@ -26,7 +27,7 @@ class _InMemory:
         return f"kit-{uuid.uuid4().hex}"
 
     def drop_target(self, target: str) -> None:
-        memory_store(target).clear()
+        forget_store(target)
 
     def read_committed(self, target: str) -> list[int]:
         return list(memory_store(target).visible)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,22 +25,12 @@ from twopc._commit_log import Decision
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath
 from twopc.local import LocalEngine
-from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink, memory_store
+from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink
 from twopc_files import FilesSink
 
 pytestmark = pytest.mark.unit
 
 QUERY = "query-1"
-
-
-@pytest.fixture
-def store_name() -> str:
-    return f"coordinator-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def store(store_name: str) -> MemoryStore:
-    return memory_store(store_name)
 
 
 def partitions(batch_id: int, count: int = 2, rows: int = 10) -> list[pa.Table]:
@@ -163,11 +152,15 @@ def test_a_foreign_error_in_commit_is_stamped_once_and_not_retried(
     assert sink.calls == 1
 
 
+class SchemaMismatch(twopc.PermanentSinkError):
+    """A sink's own kind of bad input."""
+
+
 class RejectingSink(MemoryDriverSink):
     """Rejects every batch without saying where: the core fills that in."""
 
     def invoke(self, txn: Any, batch: pa.RecordBatch) -> None:
-        raise twopc.PermanentSinkError("column 'region' is missing")
+        raise SchemaMismatch("column 'region' is missing")
 
 
 def test_bad_input_fails_the_batch_names_it_and_nothing_is_visible(
@@ -178,6 +171,11 @@ def test_bad_input_fails_the_batch_names_it_and_nothing_is_visible(
     error = failure.value
     assert (error.sink_id, error.batch_id, error.partition) == ("orders", 3, 0)
     assert "'region'" in str(error) and "2 of 2 partition(s)" in str(error)
+    # the sink's error travelled in the task's report and keeps its class
+    cause = error.__cause__
+    assert isinstance(cause, SchemaMismatch)
+    assert (cause.sink_id, cause.batch_id, cause.partition) == ("orders", 3, 0)
+    assert cause.cause_message == "column 'region' is missing"
     assert store.visible == [] and store.prepared == {}
 
 
@@ -312,6 +310,26 @@ def test_old_log_entries_are_pruned(tmp_path: Path, store_name: str, store: Memo
         coord.run_batch(QUERY, batch_id, engine(batch_id))
     assert coord.commit_log.decided_batches(QUERY) == [3, 4]
     assert Counter(store.visible) == once(0, 1, 2, 3, 4)
+
+
+def test_a_batch_after_a_committed_one_lists_the_log_once(
+    tmp_path: Path, store_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, log_retention=2)
+    for batch_id in range(3):
+        coord.run_batch(QUERY, batch_id, engine(batch_id))
+    listed: Counter[str] = Counter()
+    for name in ("query_ids", "_batch_files", "decided_batches", "is_done"):
+        method = getattr(CommitLog, name)
+
+        def counting(self: CommitLog, *args: Any, _name: str = name, _m: Any = method) -> Any:
+            listed[_name] += 1
+            return _m(self, *args)
+
+        monkeypatch.setattr(CommitLog, name, counting)
+    coord.run_batch(QUERY, 3, engine(3))  # past the retention: it prunes batch 1
+    assert listed == Counter({"_batch_files": 1})
+    assert coord.commit_log.decided_batches(QUERY) == [2, 3]
 
 
 def test_task_retries_replace_a_failed_attempt(

@@ -10,6 +10,8 @@ import pytest
 
 import twopc
 import twopc_files
+import twopc_jdbc
+import twopc_kafka
 
 pytestmark = pytest.mark.unit
 
@@ -102,6 +104,7 @@ PUBLIC = {
         "PluginRegistry",
         "ProgressInTask",
         "ProgressReporter",
+        "ProgressSpec",
         "QueryStatus",
         "RecoveryReport",
         "RecoveryScope",
@@ -133,7 +136,11 @@ PUBLIC = {
         "write_batch",
     ],
     twopc_files: ["FORMATS", "FilesPayload", "FilesSink", "StagedFile"],
+    # the backends that import their client libraries lazily (module __getattr__)
+    twopc_jdbc: ["MySQLSink", "PostgresSink"],
+    twopc_kafka: ["ConsumerGroup", "KafkaSink"],
 }
+LAZY = (twopc_jdbc, twopc_kafka)
 
 
 @pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)
@@ -161,6 +168,23 @@ def test_the_testing_helpers_are_pinned() -> None:
         "batch_ids",
         "crash_points",
         "default_batch",
+        "forget_store",
         "guarantee",
         "memory_store",
     ]
+
+
+@pytest.mark.parametrize("module", LAZY, ids=lambda m: m.__name__)
+def test_lazy_backends_export_exactly_all(module: types.ModuleType) -> None:
+    """Their names resolve on first use (the client libraries are installed here), star
+    import gives exactly ``__all__``, and any other name is an AttributeError."""
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert isinstance(value, type) and value.__name__ == name
+    namespace: dict[str, object] = {}
+    exec(f"from {module.__name__} import *", namespace)
+    namespace.pop("__builtins__")
+    assert sorted(namespace) == module.__all__
+    with pytest.raises(AttributeError):
+        module.NoSuchName  # noqa: B018

@@ -412,6 +412,20 @@ def test_sweep_removes_never_prepared_attempts_and_keeps_prepared_ones(target: T
     assert rows_by_id(read_committed(target)) == rows_by_id(orders(5))
 
 
+def test_inspect_shows_prepared_work_and_a_crashed_attempt_as_unprepared(
+    target: Target,
+) -> None:
+    sink = target.sink()
+    prepared = run_task(sink, ctx(query="q-1", batch=2, partition=0), orders(2))
+    _plant_crashed_attempt(target, attempt_dir(SINK, "q-1", 3, 1, 0))
+    pending = sorted(sink.inspect(SINK).pending, key=lambda w: w.kind)
+    assert [(w.kind, w.query_id, w.batch_id, w.partition) for w in pending] == [
+        (twopc.WorkKind.PREPARED, "q-1", 2, 0),
+        (twopc.WorkKind.UNPREPARED, "q-1", 3, 1),
+    ]
+    assert pending[0].committable == prepared
+
+
 def test_sweep_on_an_empty_output_removes_nothing(target: Target) -> None:
     assert target.sink().sweep(SINK) == 0
 

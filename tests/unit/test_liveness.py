@@ -1,4 +1,5 @@
-"""The writer's liveness record: how it is judged, where it lives, who writes and removes it."""
+"""The writer's liveness record: how it is judged, where it lives, who writes and removes it
+(over the in-memory reference sink: the record is the writer's, whatever the backend)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 import twopc
 from twopc import CommitLog
 from twopc._commit_log import Decision
-from twopc._liveness import Heartbeat
+from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
+from twopc.testing import MemoryDriverSink
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +28,7 @@ HOST = "host-a"
 
 def heartbeat(host: str = HOST, pid: int = 1234, age: float = 0.0, query: str = "q1") -> Heartbeat:
     now = time.time()
-    return Heartbeat("orders", query, host, pid, now - 100, now - age, 3, "idle")
+    return Heartbeat("orders", query, host, pid, now - 100, now - age, 3, HeartbeatState.IDLE)
 
 
 def dead_pid() -> int:
@@ -61,6 +63,12 @@ def test_heartbeat_round_trip_and_format_check() -> None:
         Heartbeat.from_bytes(b'{"format": 99}')
 
 
+def test_a_state_of_another_version_is_read_not_refused() -> None:
+    """The record must still say a writer runs; its state is for people only."""
+    raw = heartbeat().to_bytes().replace(b'"idle"', b'"compacting"')
+    assert Heartbeat.from_bytes(raw).state is HeartbeatState.UNKNOWN
+
+
 def test_the_commit_log_never_reads_the_record_as_a_batch(tmp_path: Path) -> None:
     log = CommitLog(str(tmp_path / "log"))
     record = heartbeat(query="q1")
@@ -84,18 +92,29 @@ def _stream(tmp_path: Path) -> LocalStream:
     return LocalStream(str(tmp_path / "chk"), [[table], [table]])
 
 
-def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(tmp_path: Path) -> None:
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
-    log = CommitLog(sink.default_commit_log("orders") or "")
+def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(
+    tmp_path: Path, store_name: str
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    url = str(tmp_path / "log")
+    log = CommitLog(url)
     stream = _stream(tmp_path)
     failing = foreach_batch(
-        sink, "orders", processes=False, faults=FaultPlan.parse("before_decision:raise@batch=1")
+        sink,
+        "orders",
+        commit_log=url,
+        processes=False,
+        faults=FaultPlan.parse("before_decision:raise@batch=1"),
     )
     with pytest.raises(twopc.TwoPCError):
         stream.run(failing)
     (record,) = log.heartbeats()
-    assert (record.query_id, record.batch_id, record.state) == (stream.query_id, 1, "failed")
+    assert (record.query_id, record.batch_id, record.state) == (
+        stream.query_id,
+        1,
+        HeartbeatState.FAILED,
+    )
     assert (record.host, record.pid) == (socket.gethostname(), os.getpid())
 
-    stream.run(foreach_batch(sink, "orders", processes=False))
+    stream.run(foreach_batch(sink, "orders", commit_log=url, processes=False))
     assert log.heartbeats() == []

@@ -319,3 +319,93 @@ def test_cli_reports_a_broken_plugin_on_stderr(
     captured = capsys.readouterr()
     assert "broken" in captured.err
     assert any(line.split()[:1] == ["files"] for line in captured.out.splitlines())
+
+
+# -- progress reporters ----------------------------------------------------------------------
+
+
+class _Reporter(twopc.ProgressReporter):
+    """Publishes nowhere; remembers how it was built."""
+
+    def __init__(self, described: Any, config: Any) -> None:
+        self.group_id = str(described.get("group", "g"))
+        self.built = (dict(described), dict(config))
+
+    @classmethod
+    def build(cls, described: Any, config: Any) -> _Reporter:
+        return cls(described, config)
+
+    def check(self, sink_id: str) -> None:
+        return None
+
+    def publish(self, offsets: twopc.SourceOffsets, sink_id: str, query_id: str) -> None:
+        return None
+
+    def progress(self, offsets: twopc.SourceOffsets) -> twopc.GroupProgress:
+        return twopc.GroupProgress(self.group_id, {}, {})
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "test-reporter", "group": self.group_id}
+
+
+def make_not_a_reporter(described: Any, config: Any) -> object:
+    return object()
+
+
+class ProgressPlugin:
+    @twopc.hookimpl
+    def twopc_progress_reporters(self) -> list[object]:
+        return [
+            twopc.ProgressSpec("test-reporter", f"{__name__}:_Reporter.build"),
+            twopc.ProgressSpec("not-a-reporter", f"{__name__}:make_not_a_reporter"),
+            twopc.ProgressSpec(
+                "needs-client",
+                f"{__name__}:_Reporter",
+                requires=("module_that_does_not_exist",),
+                install_hint='pip install "twopc-nothing"',
+            ),
+            SinkSpec("wrong-type", f"{__name__}:make_null_sink"),
+        ]
+
+
+class SecondProgressPlugin:
+    @twopc.hookimpl
+    def twopc_progress_reporters(self) -> list[twopc.ProgressSpec]:
+        return [twopc.ProgressSpec("test-reporter", f"{__name__}:make_not_a_sink")]
+
+
+def test_progress_reporters_are_built_from_what_they_recorded() -> None:
+    registry = PluginRegistry([ProgressPlugin(), SecondProgressPlugin()], entry_points=False)
+    assert registry.progress_kinds() == ["needs-client", "not-a-reporter", "test-reporter"]
+    errors = [f.error for f in registry.failures()]
+    assert any("SinkSpec, not ProgressSpec" in e for e in errors)
+    assert any("'test-reporter' is already provided" in e for e in errors)
+
+    reporter = registry.create_progress_reporter(
+        {"kind": "test-reporter", "group": "lag"}, {"secret": "s"}
+    )
+    assert isinstance(reporter, _Reporter)
+    assert reporter.built == ({"kind": "test-reporter", "group": "lag"}, {"secret": "s"})
+    # what a reporter recorded of itself rebuilds it (``twopc status``)
+    again = registry.create_progress_reporter(reporter.describe())
+    assert isinstance(again, _Reporter) and again.group_id == "lag"
+
+    with pytest.raises(BackendNotFoundError, match="installed kinds: needs-client"):
+        registry.create_progress_reporter({"kind": "nosuch"})
+    with pytest.raises(twopc.ConfigurationError, match="names no kind"):
+        registry.create_progress_reporter({"group": "lag"})
+    with pytest.raises(PluginError, match=r"not a twopc\.ProgressReporter"):
+        registry.create_progress_reporter({"kind": "not-a-reporter"})
+    with pytest.raises(BackendNotInstalledError, match='pip install "twopc-nothing"'):
+        registry.create_progress_reporter({"kind": "needs-client"})
+
+
+def test_the_kafka_plugin_provides_the_consumer_group() -> None:
+    registry = PluginRegistry()
+    assert "kafka-consumer-group" in registry.progress_kinds()
+    described = {"kind": "kafka-consumer-group", "group": "g", "bootstrap_servers": "b:9092"}
+    group = registry.create_progress_reporter(described, {"sasl.password": "s3cret"})
+    assert group.describe() == described
+    assert "s3cret" not in repr(group)
+    with pytest.raises(twopc.ConfigurationError, match="'bootstrap_servers'"):
+        registry.create_progress_reporter({"kind": "kafka-consumer-group", "group": "g"})

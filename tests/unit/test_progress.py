@@ -6,7 +6,6 @@ tests/integration/test_progress_group.py and tests/e2e/test_kafka_progress.py.""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -100,20 +99,13 @@ def _offsets(batch_id: int) -> SourceOffsets:
     return SourceOffsets(batch_id, {"in": {0: 100 * (batch_id + 1)}})
 
 
-@pytest.fixture
-def store() -> str:
-    name = f"progress-{uuid.uuid4().hex[:8]}"
-    memory_store(name)
-    return name
-
-
 @pytest.mark.parametrize("role", [MemoryDriverSink, MemoryTaskSink], ids=["driver", "task"])
 def test_offsets_are_published_after_the_commit_and_again_for_a_replay(
-    tmp_path: Path, store: str, role: type[twopc.Sink[Any]]
+    tmp_path: Path, store_name: str, role: type[twopc.Sink[Any]]
 ) -> None:
     group = RecordingGroup()
     log = CommitLog(str(tmp_path / "log"))
-    coord = Coordinator(role(store), "orders", log, progress=group)  # type: ignore[call-arg]
+    coord = Coordinator(role(store_name), "orders", log, progress=group)  # type: ignore[call-arg]
     first = coord.run_batch(QUERY, 0, _engine(0), source_offsets=_offsets(0))
     assert first.status == "committed"
     assert (first.source_offsets, first.source_lag) == ({"in": {"0": 100}}, 1)
@@ -122,19 +114,19 @@ def test_offsets_are_published_after_the_commit_and_again_for_a_replay(
     assert decision is not None and decision.progress is not None
     assert (decision.progress.offsets, decision.progress.in_task) == (_offsets(0), False)
 
-    again = Coordinator(role(store), "orders", log, progress=group)  # type: ignore[call-arg]
+    again = Coordinator(role(store_name), "orders", log, progress=group)  # type: ignore[call-arg]
     replay = again.run_batch(QUERY, 0, _engine(0), source_offsets=_offsets(0))
     assert replay.status == "skipped"
     assert group.published == [(0, {"in": {"0": 100}})] * 2
 
 
 def test_a_failed_publish_leaves_the_batch_committed_and_says_why(
-    tmp_path: Path, store: str
+    tmp_path: Path, store_name: str
 ) -> None:
     group = RecordingGroup()
     group.fail = True
     coord = Coordinator(
-        MemoryDriverSink(store), "orders", CommitLog(str(tmp_path / "log")), progress=group
+        MemoryDriverSink(store_name), "orders", CommitLog(str(tmp_path / "log")), progress=group
     )
     metrics = coord.run_batch(QUERY, 0, _engine(0), source_offsets=_offsets(0))
     assert metrics.status == "committed" and metrics.rows == 3
@@ -145,22 +137,22 @@ def test_a_failed_publish_leaves_the_batch_committed_and_says_why(
 
 
 def test_a_group_of_another_application_fails_before_anything_is_written(
-    tmp_path: Path, store: str
+    tmp_path: Path, store_name: str
 ) -> None:
     coord = Coordinator(
-        MemoryDriverSink(store),
+        MemoryDriverSink(store_name),
         "orders",
         CommitLog(str(tmp_path / "log")),
         progress=RecordingGroup(foreign=True),
     )
     with pytest.raises(twopc.ConfigurationError, match="another application"):
         coord.run_batch(QUERY, 0, _engine(0), source_offsets=_offsets(0))
-    assert memory_store(store).visible == []
+    assert memory_store(store_name).visible == []
 
 
-def test_without_a_reporter_nothing_is_recorded(tmp_path: Path, store: str) -> None:
+def test_without_a_reporter_nothing_is_recorded(tmp_path: Path, store_name: str) -> None:
     log = CommitLog(str(tmp_path / "log"))
-    metrics = Coordinator(MemoryDriverSink(store), "orders", log).run_batch(
+    metrics = Coordinator(MemoryDriverSink(store_name), "orders", log).run_batch(
         QUERY, 0, _engine(0), source_offsets=_offsets(0)
     )
     assert metrics.source_offsets is None

@@ -80,6 +80,20 @@ def test_unknown_committable_format_is_rejected(fmt: object) -> None:
         Committable.loads("{no json")
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["[1, 2]", '"text"', "3", '{"format": 1, "sink_id": "s"}', '{"format": 1, "payload": 3}'],
+)
+def test_what_is_not_a_committable_is_refused_not_misread(text: str) -> None:
+    data = json.loads(text)
+    if isinstance(data, dict) and "payload" in data:
+        data = {**sample().to_json(), "payload": data["payload"]}
+    with pytest.raises(errors.UnsupportedFormatError):
+        Committable.from_json(data)
+    with pytest.raises(errors.UnsupportedFormatError):
+        Committable.loads(json.dumps(data))
+
+
 def test_defaults_of_older_committables() -> None:
     data = sample().to_json()
     del data["payload"]

@@ -1,4 +1,6 @@
-"""twopc.sink_status / recover_sink decide per item as the coordinator does, on real files."""
+"""twopc.sink_status / recover_sink decide per item as the coordinator does, over the
+in-memory reference sinks of ``twopc.testing`` and stand-ins that show what a test says
+(the backends' own ``inspect`` is tested with each backend)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 import twopc
 from twopc import CommitLog, TaskContext
 from twopc._commit_log import Decision
+from twopc.testing import MemoryDriverSink, MemoryStore
 
 pytestmark = pytest.mark.unit
 
@@ -25,9 +28,11 @@ def _prepare(
     return sink.pre_commit(txn)
 
 
-def test_only_the_attempt_the_decision_names_would_commit(tmp_path: Path) -> None:
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
-    log = CommitLog(sink.default_commit_log("orders") or "")
+def test_only_the_attempt_the_decision_names_would_commit(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    sink = MemoryDriverSink(store_name)
+    log = CommitLog(str(tmp_path / "log"))
     _prepare(sink, 0, 0, attempt=0)  # a failed first attempt that prepared
     winner = _prepare(sink, 0, 0, attempt=1)
     _prepare(sink, 1, 0, attempt=0)  # a batch without a decision
@@ -36,10 +41,10 @@ def test_only_the_attempt_the_decision_names_would_commit(tmp_path: Path) -> Non
     status = twopc.sink_status(sink, "orders", log)
     plan = sorted((i.kind, i.batch_id, i.attempt, i.action) for i in status.items)
     assert plan == [
-        ("decision", 0, None, "commit"),
-        ("prepared", 0, 0, "abort"),
-        ("prepared", 0, 1, "commit"),
-        ("prepared", 1, 0, "abort"),
+        (twopc.ItemKind.DECISION, 0, None, twopc.Action.COMMIT),
+        (twopc.ItemKind.PREPARED, 0, 0, twopc.Action.ABORT),
+        (twopc.ItemKind.PREPARED, 0, 1, twopc.Action.COMMIT),
+        (twopc.ItemKind.PREPARED, 1, 0, twopc.Action.ABORT),
     ]
     (query,) = status.queries
     assert (query.log_last_committed, query.pending_decisions) == (None, (0,))
@@ -57,21 +62,49 @@ def test_only_the_attempt_the_decision_names_would_commit(tmp_path: Path) -> Non
     assert (report.committed, report.aborted) == (1, 2)
     assert report.after is not None and report.after.items == ()
     assert report.after.queries[0].log_last_committed == 0
-    committed = sorted(p.name for p in (tmp_path / "out").glob("*.parquet"))
-    assert len(committed) == 1 and "-b00000000-p00000-" in committed[0]
+    assert store.visible == [0] and store.prepared == {}  # batch 0, partition 0, once
 
 
-def test_unprepared_leftovers_would_be_swept(tmp_path: Path) -> None:
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
-    log = CommitLog(sink.default_commit_log("orders") or "")
-    # a task that died before pre_commit: staged bytes, no _committable.json
-    attempt = tmp_path / "out" / "_twopc_staging" / "orders" / QUERY / f"{3:020d}" / "00001-0"
-    attempt.mkdir(parents=True)
-    (attempt / "part-x.parquet").write_bytes(b"partial")
+class _LeftoverSink(MemoryDriverSink):
+    """Also shows work of an attempt that never prepared (as staged files or a staging
+    table would be), which its sweep removes."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(store)
+        self.leftovers = ["attempt b3-p1"]
+
+    def inspect(self, sink_id: str) -> twopc.Inspection:
+        unprepared = tuple(
+            twopc.PendingWork(
+                kind=twopc.WorkKind.UNPREPARED,
+                ident=name,
+                query_id=QUERY,
+                batch_id=3,
+                partition=1,
+                detail="staged by an attempt that did not finish",
+            )
+            for name in self.leftovers
+        )
+        return twopc.Inspection(super().inspect(sink_id).pending + unprepared)
+
+    def sweep(self, sink_id: str, keep: Sequence[twopc.Committable] = ()) -> int:
+        swept, self.leftovers = len(self.leftovers), []
+        return swept
+
+
+def test_unprepared_leftovers_would_be_swept(tmp_path: Path, store_name: str) -> None:
+    sink = _LeftoverSink(store_name)
+    log = CommitLog(str(tmp_path / "log"))
     (item,) = twopc.sink_status(sink, "orders", log).items
-    assert (item.kind, item.action, item.batch_id, item.partition) == ("unprepared", "sweep", 3, 1)
+    assert (item.kind, item.action, item.batch_id, item.partition) == (
+        twopc.ItemKind.UNPREPARED,
+        twopc.Action.SWEEP,
+        3,
+        1,
+    )
     report = twopc.recover_sink(sink, "orders", log)
     assert report.swept == 1 and report.ok
+    assert report.after is not None and report.after.items == ()
 
 
 class _SeenSink(twopc.Sink[None], twopc.CommitsOnDriver):

@@ -1,6 +1,10 @@
-"""``twopc status`` / ``twopc recover`` on the files backend (no services): sink options
-from flags, environment and files, secrets never printed, exit codes, and the refusal to
-act while a writer runs."""
+"""``twopc status`` / ``twopc recover``: sink options from flags, environment and files,
+secrets never printed, exit codes, and the refusal to act while a writer runs.
+
+The command's own behaviour runs over the in-memory reference sink, registered as the
+backend ``memory`` for the test (no services, no files); the secrets check uses the
+postgres backend, whose options hold a password, and the end-to-end checks a real query of
+the files backend in a process of its own."""
 
 from __future__ import annotations
 
@@ -10,11 +14,16 @@ import socket
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+import twopc
+import twopc.plugins
+import twopc.testing
 from tests.helpers import local_query, read_ids, run_process, staged_attempts
 from twopc import CommitLog
-from twopc._liveness import Heartbeat
+from twopc._commit_log import Decision
+from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.cli import main
 
 SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
@@ -24,53 +33,113 @@ def _files_args(out: Path, *extra: str) -> list[str]:
     return ["files", "--sink-id", SINK_ID, "--option", f"path={out}", *extra]
 
 
+class _MemoryBackend:
+    @twopc.hookimpl
+    def twopc_sinks(self) -> list[twopc.SinkSpec]:
+        return [twopc.SinkSpec("memory", "twopc.testing:MemoryDriverSink")]
+
+
+@pytest.fixture
+def memory_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process-wide registry, with only the in-memory sink, as ``memory``."""
+    registry = twopc.PluginRegistry([_MemoryBackend()], entry_points=False)
+    monkeypatch.setattr(twopc.plugins, "_default_registry", registry)
+
+
+def _memory_args(log: Path, store: str, *extra: str) -> list[str]:
+    args = ["memory", "--sink-id", "orders", "--option", f"store={store}"]
+    return [*args, "--commit-log", str(log), *extra]
+
+
 @pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
 def test_status_of_a_sink_that_never_ran(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, store_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["status", *_files_args(tmp_path / "out"), "--json"]) == 0
+    assert main(["status", *_memory_args(tmp_path / "log", store_name), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["in_doubt"] == [] and body["queries"] == [] and body["writers"] == []
-    assert body["commit_log"] == f"{tmp_path / 'out'}/_twopc/{SINK_ID}"
+    assert (body["commit_log"], body["sink"]) == (
+        str(tmp_path / "log"),
+        f"memory store {store_name!r}",
+    )
 
 
 @pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
 def test_options_from_a_file_and_the_environment(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    store_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     options = tmp_path / "sink.json"
-    options.write_text(json.dumps({"path": "/nowhere", "format": "csv"}))
-    monkeypatch.setenv("OUT_PATH", str(tmp_path / "out"))
-    args = ["status", "files", "--sink-id", SINK_ID, "--options-json", str(options)]
-    assert main([*args, "--option-env", "path=OUT_PATH", "--json"]) == 0
+    options.write_text(json.dumps({"store": "from-the-file"}))
+    monkeypatch.setenv("STORE_NAME", store_name)
+    args = ["status", "memory", "--sink-id", "orders", "--options-json", str(options)]
+    args += ["--commit-log", str(tmp_path / "log")]
+    assert main([*args, "--option-env", "store=STORE_NAME", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
-    assert body["sink"] == f"files csv at {tmp_path / 'out'}"  # the environment wins
+    assert body["sink"] == f"memory store {store_name!r}"  # the environment wins
 
 
 @pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--option-env", "path=TWOPC_NO_SUCH_VARIABLE"], "is not set"),
+        (["--option-env", "store=TWOPC_NO_SUCH_VARIABLE"], "is not set"),
         (["--option", "novalue"], "expects KEY=VALUE"),
-        (["--option-json", "target_file_size=12x"], "not valid JSON"),
+        (["--option-json", "store=12x"], "not valid JSON"),
         (["--option", "no_such_option=1"], "does not accept these options"),
     ],
 )
 def test_bad_options_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+    tmp_path: Path,
+    store_name: str,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
 ) -> None:
-    assert main(["status", *_files_args(tmp_path / "out"), *extra]) == 2
+    assert main(["status", *_memory_args(tmp_path / "log", store_name), *extra]) == 2
     assert message in capsys.readouterr().err
 
 
 @pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
 def test_a_sink_without_its_own_log_needs_commit_log_or_checkpoint(
-    capsys: pytest.CaptureFixture[str],
+    store_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["status", "kafka", "--sink-id", "x", "--option", "bootstrap_servers=127.0.0.1:1"]
-    assert main([*args, "--option", "topic=t"]) == 2
+    args = ["status", "memory", "--sink-id", "orders", "--option", f"store={store_name}"]
+    assert main(args) == 2
     assert "--commit-log" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
+def test_recover_commits_what_was_decided_and_aborts_the_rest(
+    tmp_path: Path, store_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = twopc.testing.memory_store(store_name)
+    sink = twopc.testing.MemoryDriverSink(store_name)
+    log = CommitLog(str(tmp_path / "log"))
+    prepared = []
+    for batch in (0, 1):
+        txn = sink.begin_transaction(twopc.TaskContext("orders", "q", batch, 0))
+        sink.invoke(txn, _ids(batch))
+        prepared.append(sink.pre_commit(txn))
+    log.record_decision(Decision("orders", "q", 0, (prepared[0],)))
+    args = _memory_args(tmp_path / "log", store_name)
+    assert main(["recover", *args, "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dry_run"] is True
+    assert len(store.prepared) == 2  # a dry run changes nothing
+    assert main(["recover", *args]) == 0
+    assert "afterwards: nothing in doubt" in capsys.readouterr().out
+    assert (store.visible, store.prepared) == ([0], {})
+
+
+def _ids(batch: int) -> pa.RecordBatch:
+    return pa.record_batch({"id": pa.array([batch], pa.int64())})
 
 
 @pytest.mark.unit
@@ -114,7 +183,16 @@ def _pretend_running(out: Path, host: str, updated_ago: float) -> None:
     (crashed,) = log.heartbeats()
     now = time.time()
     log.write_heartbeat(
-        Heartbeat(SINK_ID, crashed.query_id, host, os.getpid(), now, now - updated_ago, 2, "idle")
+        Heartbeat(
+            SINK_ID,
+            crashed.query_id,
+            host,
+            os.getpid(),
+            now,
+            now - updated_ago,
+            2,
+            HeartbeatState.IDLE,
+        )
     )
 
 

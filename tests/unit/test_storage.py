@@ -9,7 +9,14 @@ from typing import Any
 import fsspec
 import pytest
 
-from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+from twopc.storage import (
+    atomic_write,
+    create_exclusive,
+    filesystem_for,
+    fsync_directory,
+    is_local,
+    join,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -116,3 +123,73 @@ def test_fsync_directory(tmp_path: Any) -> None:
     fsync_directory(str(tmp_path))
     with pytest.raises(FileNotFoundError):
         fsync_directory(str(tmp_path / "missing"))
+
+
+class _ConditionalPutStore:
+    """Stands in for s3fs (decided by the class's module): ``pipe_file(mode="create")``
+    raises what s3fs raises for a given answer of the store."""
+
+    __module__ = "s3fs.stand_in"
+
+    def __init__(self, error: OSError | None) -> None:
+        self.error = error
+        self.written: list[str] = []
+
+    def pipe_file(self, path: str, data: bytes, mode: str = "overwrite") -> None:
+        assert mode == "create"
+        if self.error is not None:
+            raise self.error
+        self.written.append(path)
+
+
+class _StoreError(OSError):
+    """An OSError as s3fs raises them, of a class of its own for ``pytest.raises``."""
+
+
+def _translated(code: str, status: int, message: str = "") -> OSError:
+    """What s3fs makes of a failed request: an OSError caused by botocore's ClientError."""
+    from botocore.exceptions import ClientError
+
+    cause = ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "PutObject",
+    )
+    error = _StoreError(22, message or code)
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileExistsError("At least one of the pre-conditions you specified did not hold"),
+        _translated("PreconditionFailed", 412),
+        _translated("412", 412),
+    ],
+    ids=["file-exists", "code", "status-code"],
+)
+def test_create_exclusive_on_s3_reports_a_taken_name(error: OSError) -> None:
+    assert create_exclusive(_ConditionalPutStore(error), "bucket/log/x", b"x") is False
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _translated("AccessDenied", 403, "precondition: access denied"),
+        _StoreError(22, "PreconditionFailed, said only in the text"),
+    ],
+    ids=["other-code", "text-only"],
+)
+def test_create_exclusive_on_s3_raises_other_errors_whatever_their_text(error: OSError) -> None:
+    with pytest.raises(_StoreError) as raised:
+        create_exclusive(_ConditionalPutStore(error), "bucket/log/x", b"x")
+    assert raised.value is error
+
+
+def test_create_exclusive_on_s3_writes_a_free_name() -> None:
+    store = _ConditionalPutStore(None)
+    assert create_exclusive(store, "bucket/log/x", b"x") is True
+    assert store.written == ["bucket/log/x"]

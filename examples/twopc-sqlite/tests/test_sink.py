@@ -71,3 +71,10 @@ def test_a_newer_payload_version_is_refused(tmp_path: Path) -> None:
     newer = twopc.Committable.from_json({**committable.to_json(), "version": 99})
     with pytest.raises(twopc.UnsupportedFormatError, match="SqlitePayload version 99"):
         sink.commit([newer])
+
+
+def test_the_task_payload_reads_version_1() -> None:
+    from twopc_sqlite.task_sink import SqliteTaskPayload
+
+    old = twopc.Committable("s", "q", 0, 0, 0, payload={"rows": 0, "skipped": True}, version=1)
+    assert SqliteTaskPayload.of(old) == SqliteTaskPayload(0)

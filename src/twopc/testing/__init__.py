@@ -24,8 +24,9 @@ writes and ``format("twopc")`` queries; provide ``format_options(target)``) and
 target from the ``target`` fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
 
 :class:`MemoryDriverSink` and :class:`MemoryTaskSink` are complete sinks of each role that
-keep their target in memory (in one process), for reading and for tests of code around a
-sink. Minor releases of twopc may add checks.
+keep their target in memory (in one process, in a store named by :func:`memory_store` and
+dropped by :func:`forget_store`), for reading and for tests of code around a sink. Minor
+releases of twopc may add checks.
 """
 
 from twopc.testing._base import GUARANTEES, SinkChecks, guarantee
@@ -37,6 +38,7 @@ from twopc.testing._memory import (
     MemoryPayload,
     MemoryStore,
     MemoryTaskSink,
+    forget_store,
     memory_store,
 )
 from twopc.testing._runner import batch_ids, default_batch
@@ -60,6 +62,7 @@ __all__ = [
     "batch_ids",
     "crash_points",
     "default_batch",
+    "forget_store",
     "guarantee",
     "memory_store",
 ]

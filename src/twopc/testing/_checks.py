@@ -95,11 +95,16 @@ class TaskSideChecks(SinkChecks):
         try:
             self.coordinator(sink, tmp_path / "log").run_batch(uuid.uuid4().hex, 7, engine)
         except BatchFailedError as exc:
-            text = str(exc)
+            where = (exc.sink_id, exc.batch_id, exc.partition)
             expect(
-                "sink 'kit'" in text and "batch 7" in text and "partition 1" in text,
+                where == ("kit", 7, 1),
                 "bad-records",
-                f"the error does not name sink, batch and partition: {text}",
+                f"the error names sink, batch and partition {where}, not ('kit', 7, 1): {exc}",
+            )
+            expect(
+                isinstance(exc.__cause__, PermanentSinkError),
+                "bad-records",
+                f"the error's cause is {exc.__cause__!r}, not the sink's PermanentSinkError",
             )
         except PermanentSinkError as exc:
             fail("bad-records", f"PermanentSinkError escaped the coordinator: {exc}")

@@ -2,9 +2,9 @@
 
 They are the smallest complete implementations of the contract, for reading and for tests
 of code around a sink (the core's own unit tests use them). State lives in a
-:class:`MemoryStore` looked up by name in this process, so they work with engines that
-run tasks in the same process (``twopc.local.foreach_batch(..., processes=False)``), not
-across processes.
+:class:`MemoryStore` looked up by name in this process (:func:`forget_store` drops it), so
+they work with engines that run tasks in the same process
+(``twopc.local.foreach_batch(..., processes=False)``), not across processes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ from twopc.protocol import (
     TaskContext,
 )
 
-__all__ = ["MemoryDriverSink", "MemoryPayload", "MemoryStore", "MemoryTaskSink", "memory_store"]
+__all__ = [
+    "MemoryDriverSink",
+    "MemoryPayload",
+    "MemoryStore",
+    "MemoryTaskSink",
+    "forget_store",
+    "memory_store",
+]
 
 _STORES: dict[str, MemoryStore] = {}
 _LOCK = threading.RLock()
@@ -57,9 +64,18 @@ class MemoryStore:
 
 
 def memory_store(name: str) -> MemoryStore:
-    """The store called ``name`` in this process, created empty on first use."""
+    """The store called ``name`` in this process, created empty on first use. Call
+    :func:`forget_store` when done with it: stores live as long as the process."""
     with _LOCK:
         return _STORES.setdefault(name, MemoryStore())
+
+
+def forget_store(name: str) -> None:
+    """Drop the store called ``name`` (no error if there is none): the next
+    :func:`memory_store` of that name starts empty. A test's target clean-up, e.g. a
+    fixture that yields a fresh store name and forgets it afterwards."""
+    with _LOCK:
+        _STORES.pop(name, None)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from twopc._metrics import BatchStatus
 from twopc.testing._base import SinkChecks, expect, guarantee
 from twopc.testing._runner import batch_ids
 
@@ -61,7 +62,7 @@ class SparkChecks(SinkChecks):
         replay = twopc.foreach_batch(self.make_sink(target), sink_id)
         self._spark_query(tmp_path, target, replay, 2)
         statuses = [(m.batch_id, m.status) for m in replay.metrics]
-        expect(statuses == [(1, "skipped")], "spark-replay", f"replay ran as {statuses}")
+        expect(statuses == [(1, BatchStatus.SKIPPED)], "spark-replay", f"replay ran as {statuses}")
         expected = [i for b in range(2) for i in batch_ids(b, 0, 40)]
         self.exactly(self.visible(target), expected, "spark-replay", "after the replay")
 

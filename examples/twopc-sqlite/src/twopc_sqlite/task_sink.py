@@ -23,9 +23,10 @@ Nothing is ever left prepared, so there is nothing to recover or sweep.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from twopc import (
@@ -49,12 +50,18 @@ __all__ = ["SqliteTaskPayload", "SqliteTaskSink", "SqliteTaskTransaction"]
 
 @dataclass(frozen=True)
 class SqliteTaskPayload(Payload):
-    """What a task reports: its rows, or that its marker showed the batch committed."""
+    """What a task reports: the rows it wrote (0 when its marker showed the batch
+    committed: ``commit_in_task`` says so). Version 1 also carried an unread ``skipped``
+    flag; it is dropped when read."""
 
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
+    reads: ClassVar[tuple[int, ...]] = (1, 2)
 
     rows: int
-    skipped: bool
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> SqliteTaskPayload:
+        return cls(int(data["rows"]))
 
 
 @dataclass
@@ -132,7 +139,7 @@ class SqliteTaskSink(Sink[SqliteTaskTransaction], CommitsInTask[SqliteTaskTransa
     def pre_commit(self, txn: SqliteTaskTransaction) -> Committable:
         if not txn.skip:
             self._write_in_open_transaction(txn)
-        payload = SqliteTaskPayload(0 if txn.skip else txn.rows, skipped=txn.skip)
+        payload = SqliteTaskPayload(0 if txn.skip else txn.rows)
         return Committable.for_task(txn.ctx, payload)
 
     def _write_in_open_transaction(self, txn: SqliteTaskTransaction) -> None:
