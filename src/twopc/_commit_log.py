@@ -171,12 +171,6 @@ class BatchRun:
         """Whether the run's tasks commit themselves (some may have, before a crash)."""
         return self.path is CommitPath.TASK
 
-    @property
-    def committed_in_task(self) -> bool:
-        """The v1 name of :attr:`commits_in_task`. Only ``_replay_guard.py`` still reads it
-        (that module is being changed elsewhere); remove this once it reads the new name."""
-        return self.commits_in_task
-
     def same_shape(self, other: BatchRun) -> bool:
         """Same naming, input and partition count (an unknown count, 0, matches only an
         unknown one): a replay that per-partition markers can skip partition by partition."""

@@ -275,7 +275,7 @@ class Coordinator:
 
         ``input_fingerprint`` identifies the batch's input as the checkpoint plans it (the
         engine reads it from the offset log); with it, a replay over other input (an older
-        checkpoint put back) is refused instead of skipped. ``source_offsets`` are the Kafka
+        checkpoint put back) is refused instead of skipped. ``source_offsets`` are the source's
         offsets the batch ends at, for a coordinator that reports progress to a group."""
         try:
             return self._run_batch(

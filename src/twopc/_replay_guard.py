@@ -114,7 +114,7 @@ class ReplayGuard:
         them twice. Gone is shown by the previous batch's markers missing too; where there
         is no previous batch committed in its tasks, by the first run being older than the
         sink says its markers live (:meth:`~twopc.KeepsMarkers.markers_expire_after`)."""
-        earlier = [r for r in runs if r.committed_in_task]
+        earlier = [r for r in runs if r.commits_in_task]
         if not earlier:
             return
         previous = self.commit_log.decision(query_id, batch_id - 1) if batch_id else None
@@ -207,7 +207,7 @@ class ReplayGuard:
         breaks that, so the earlier runs' markers are read and any commit refuses the replay.
         """
         for earlier in runs:
-            if not earlier.committed_in_task or earlier.same_shape(run):
+            if not earlier.commits_in_task or earlier.same_shape(run):
                 continue
             scope = RecoveryScope(self.sink_id, query_id)
             committed = self.committed_partitions(
