@@ -200,6 +200,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.commit_by = commit_by
         self.batch_log = bool(batch_log)
         self._fs: Any = None
+        self._fs_pid = 0
         self._root = ""
 
     def __repr__(self) -> str:
@@ -218,8 +219,12 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
 
     @property
     def fs(self) -> Any:
-        if self._fs is None:
+        """The output's filesystem, made in this process: a forked task (the local
+        engine's) makes its own, since an s3fs client refuses to run in a fork of the
+        process that created it."""
+        if self._fs is None or self._fs_pid != os.getpid():
             self._fs, self._root = filesystem_for(self.path, self.storage_options)
+            self._fs_pid = os.getpid()
         return self._fs
 
     @property
