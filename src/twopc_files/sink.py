@@ -36,7 +36,14 @@ from twopc import (
     UnsupportedFormatError,
     WorkKind,
 )
-from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+from twopc.storage import (
+    atomic_write,
+    create_exclusive,
+    filesystem_for,
+    fsync_directory,
+    is_local,
+    join,
+)
 from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
 from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
 from twopc_files._layout import (
@@ -127,6 +134,8 @@ class FilesTransaction:
     done: list[StagedFile] = field(default_factory=list)
     schema: pa.Schema | None = None
     """Schema of the first batch; every later batch of the task must match it."""
+    gave_way: bool = False
+    """Another process prepared this same attempt first: abort must leave its staging."""
 
 
 class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
@@ -361,10 +370,23 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 state.current = None
         files = tuple(sorted(txn.done, key=lambda f: f.final))
         committable = Committable.for_task(txn.ctx, FilesPayload(txn.staging, files))
-        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
         self.fs.makedirs(self._abs(txn.staging), exist_ok=True)
-        atomic_write(self.fs, marker, committable.dumps().encode())
+        self._write_committable(txn, committable.dumps().encode())
         return committable
+
+    def _write_committable(self, txn: FilesTransaction, data: bytes) -> None:
+        """Record the prepared attempt, never over another writer's record (a conditional
+        PUT on S3): the staging directory is the attempt's own, so something there is this
+        write landing twice (a retried request), or a second process running the same
+        attempt, whose committable must survive for recovery."""
+        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
+        if create_exclusive(self.fs, marker, data) or self.fs.cat_file(marker) == data:
+            return
+        txn.gave_way = True
+        raise TransientSinkError(
+            f"another process prepared the same task attempt ({txn.staging}) with other "
+            "files; this one gives way (a retry runs as a new attempt)"
+        )
 
     def abort(self, txn: FilesTransaction) -> None:
         for state in txn.directories.values():
@@ -378,7 +400,8 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                     _discard(state.current.handle)
                 state.current = None
         self._abort_uploads(txn.done)
-        self._remove(txn.staging)
+        if not txn.gave_way:
+            self._remove(txn.staging)
 
     def _abort_uploads(self, files: Sequence[StagedFile]) -> None:
         uploads = [f for f in files if f.upload_id]
