@@ -347,7 +347,6 @@ class S3FilesTarget(Target):
 
         s3 = s3fs.S3FileSystem(
             skip_instance_cache=True,
-            retries=1,
             config_kwargs={"connect_timeout": 2, "retries": {"max_attempts": 1}},
             **self.storage_options(),
         )

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 # Seeds drawn with the default options (--spark-share 0.01); what each one covers.
 CI_SEEDS = {
-    4: "files/parquet local driver after_decision:kill",
+    4: "s3/parquet local worker before_pre_commit:kill, s3 paused 2.7 s in the restart",
     7: "files/parquet local worker after_invoke:kill, retried in the same query",
     26: "postgres/transaction local driver after_commit:kill",
     50: "postgres/transaction local worker after_invoke:kill",
