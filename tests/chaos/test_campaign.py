@@ -66,12 +66,14 @@ def campaign(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[st
 
 @pytest.fixture
 def own_services(services_cli: Services) -> None:
-    """The campaign kills services: they must be this checkout's (started on demand)."""
-    services_cli.start("postgres", "mariadb", "kafka")
+    """The campaign kills and pauses services: they must be this checkout's (started on
+    demand)."""
+    services_cli.start("postgres", "mariadb", "kafka", "s3")
     if "not started by this checkout" in services_cli.status():
         pytest.skip(
             "a service on this checkout's ports belongs to another checkout, so the campaign "
-            "cannot kill it (set TWOPC_KAFKA_PORT, TWOPC_POSTGRES_PORT, TWOPC_MYSQL_PORT)"
+            "cannot kill it (set TWOPC_KAFKA_PORT, TWOPC_POSTGRES_PORT, TWOPC_MYSQL_PORT, "
+            "TWOPC_S3_PORT)"
         )
 
 
