@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,10 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         batch_log: also keep Spark's file sink log (``_spark_metadata``) in the output,
             one log batch per committed batch, so Spark's readers see each batch whole or
             not at all. One writer per output path.
+        batch_log_scheme: the URI scheme the batch log gives files on a remote store; Spark
+            sees them only when it reads the output by the same scheme. Default: what
+            open-source Spark reads (``s3a`` for ``s3://`` paths, the filesystem's protocol
+            elsewhere); ``s3`` for readers whose ``s3://`` is a filesystem (EMR).
     """
 
     backend_name = "files"
@@ -174,6 +179,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         write_options: dict[str, Any] | None = None,
         commit_by: str = "auto",
         batch_log: bool = False,
+        batch_log_scheme: str = "",
     ) -> None:
         if commit_by not in COMMIT_METHODS:
             raise ConfigurationError(
@@ -196,6 +202,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 f"files sink: partition_by columns {hidden} start with '_' or '.', so their "
                 "directories would be hidden from readers such as pyarrow.dataset"
             )
+        if batch_log_scheme and not re.fullmatch(r"[a-z][a-z0-9+.-]*", batch_log_scheme):
+            raise ConfigurationError(
+                f"files sink: batch_log_scheme {batch_log_scheme!r} is not a URI scheme "
+                "(such as 's3a' or 's3')"
+            )
         if int(target_file_size) < _MIN_FILE_SIZE:
             raise ConfigurationError(
                 f"files sink: target_file_size must be at least {_MIN_FILE_SIZE} bytes"
@@ -208,6 +219,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.write_options = dict(write_options or {})
         self.commit_by = commit_by
         self.batch_log = bool(batch_log)
+        self.batch_log_scheme = batch_log_scheme
         self._fs: Any = None
         self._fs_pid = 0
         self._root = ""
@@ -458,7 +470,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             return
         files = sorted(
             (
-                LoggedFile(file_uri(self.fs, self._abs(entry.final)), entry.bytes)
+                LoggedFile(
+                    file_uri(self.fs, self._abs(entry.final), self.batch_log_scheme), entry.bytes
+                )
                 for committable in committables
                 for entry in FilesPayload.of(committable).files
             ),
