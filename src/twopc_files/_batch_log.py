@@ -22,7 +22,7 @@ from typing import Any
 
 from twopc.storage import create_exclusive, is_local, join
 
-__all__ = ["BATCH_LOG_DIR", "COMPACT_INTERVAL", "LoggedFile", "SparkBatchLog"]
+__all__ = ["BATCH_LOG_DIR", "COMPACT_INTERVAL", "HADOOP_SCHEMES", "LoggedFile", "SparkBatchLog"]
 
 BATCH_LOG_DIR = "_spark_metadata"
 COMPACT_INTERVAL = 10
@@ -117,10 +117,17 @@ class SparkBatchLog:
         )
 
 
-def file_uri(fs: Any, path: str) -> str:
-    """The URI Spark resolves for a file of ``fs`` at ``path`` (``file:`` for local files,
-    the filesystem's own protocol otherwise)."""
+HADOOP_SCHEMES = {"s3": "s3a"}
+"""fsspec protocol -> the scheme open-source Spark reads those files with (Hadoop's S3A
+connector serves ``s3a://``; Hadoop has no ``s3://`` filesystem of its own)."""
+
+
+def file_uri(fs: Any, path: str, scheme: str = "") -> str:
+    """The URI Spark resolves for a file of ``fs`` at ``path``: ``file:`` for local files;
+    otherwise ``scheme``, or by default the filesystem's protocol as Hadoop names it
+    (:data:`HADOOP_SCHEMES`). Spark's reader matches the log's URIs against the path it was
+    given, so they must carry the scheme the readers use."""
     if is_local(fs):
         return "file://" + path if path.startswith("/") else "file:///" + path
     protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
-    return f"{protocol}://{path}"
+    return f"{scheme or HADOOP_SCHEMES.get(protocol, protocol)}://{path}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,14 @@ from twopc import (
     UnsupportedFormatError,
     WorkKind,
 )
-from twopc.storage import atomic_write, filesystem_for, fsync_directory, is_local, join
+from twopc.storage import (
+    atomic_write,
+    create_exclusive,
+    filesystem_for,
+    fsync_directory,
+    is_local,
+    join,
+)
 from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
 from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
 from twopc_files._layout import (
@@ -127,6 +135,8 @@ class FilesTransaction:
     done: list[StagedFile] = field(default_factory=list)
     schema: pa.Schema | None = None
     """Schema of the first batch; every later batch of the task must match it."""
+    gave_way: bool = False
+    """Another process prepared this same attempt first: abort must leave its staging."""
 
 
 class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
@@ -150,6 +160,10 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         batch_log: also keep Spark's file sink log (``_spark_metadata``) in the output,
             one log batch per committed batch, so Spark's readers see each batch whole or
             not at all. One writer per output path.
+        batch_log_scheme: the URI scheme the batch log gives files on a remote store; Spark
+            sees them only when it reads the output by the same scheme. Default: what
+            open-source Spark reads (``s3a`` for ``s3://`` paths, the filesystem's protocol
+            elsewhere); ``s3`` for readers whose ``s3://`` is a filesystem (EMR).
     """
 
     backend_name = "files"
@@ -165,6 +179,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         write_options: dict[str, Any] | None = None,
         commit_by: str = "auto",
         batch_log: bool = False,
+        batch_log_scheme: str = "",
     ) -> None:
         if commit_by not in COMMIT_METHODS:
             raise ConfigurationError(
@@ -187,6 +202,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 f"files sink: partition_by columns {hidden} start with '_' or '.', so their "
                 "directories would be hidden from readers such as pyarrow.dataset"
             )
+        if batch_log_scheme and not re.fullmatch(r"[a-z][a-z0-9+.-]*", batch_log_scheme):
+            raise ConfigurationError(
+                f"files sink: batch_log_scheme {batch_log_scheme!r} is not a URI scheme "
+                "(such as 's3a' or 's3')"
+            )
         if int(target_file_size) < _MIN_FILE_SIZE:
             raise ConfigurationError(
                 f"files sink: target_file_size must be at least {_MIN_FILE_SIZE} bytes"
@@ -199,7 +219,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.write_options = dict(write_options or {})
         self.commit_by = commit_by
         self.batch_log = bool(batch_log)
+        self.batch_log_scheme = batch_log_scheme
         self._fs: Any = None
+        self._fs_pid = 0
         self._root = ""
 
     def __repr__(self) -> str:
@@ -218,8 +240,12 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
 
     @property
     def fs(self) -> Any:
-        if self._fs is None:
+        """The output's filesystem, made in this process: a forked task (the local
+        engine's) makes its own, since an s3fs client refuses to run in a fork of the
+        process that created it."""
+        if self._fs is None or self._fs_pid != os.getpid():
             self._fs, self._root = filesystem_for(self.path, self.storage_options)
+            self._fs_pid = os.getpid()
         return self._fs
 
     @property
@@ -356,10 +382,23 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 state.current = None
         files = tuple(sorted(txn.done, key=lambda f: f.final))
         committable = Committable.for_task(txn.ctx, FilesPayload(txn.staging, files))
-        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
         self.fs.makedirs(self._abs(txn.staging), exist_ok=True)
-        atomic_write(self.fs, marker, committable.dumps().encode())
+        self._write_committable(txn, committable.dumps().encode())
         return committable
+
+    def _write_committable(self, txn: FilesTransaction, data: bytes) -> None:
+        """Record the prepared attempt, never over another writer's record (a conditional
+        PUT on S3): the staging directory is the attempt's own, so something there is this
+        write landing twice (a retried request), or a second process running the same
+        attempt, whose committable must survive for recovery."""
+        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
+        if create_exclusive(self.fs, marker, data) or self.fs.cat_file(marker) == data:
+            return
+        txn.gave_way = True
+        raise TransientSinkError(
+            f"another process prepared the same task attempt ({txn.staging}) with other "
+            "files; this one gives way (a retry runs as a new attempt)"
+        )
 
     def abort(self, txn: FilesTransaction) -> None:
         for state in txn.directories.values():
@@ -373,7 +412,8 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                     _discard(state.current.handle)
                 state.current = None
         self._abort_uploads(txn.done)
-        self._remove(txn.staging)
+        if not txn.gave_way:
+            self._remove(txn.staging)
 
     def _abort_uploads(self, files: Sequence[StagedFile]) -> None:
         uploads = [f for f in files if f.upload_id]
@@ -430,7 +470,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             return
         files = sorted(
             (
-                LoggedFile(file_uri(self.fs, self._abs(entry.final)), entry.bytes)
+                LoggedFile(
+                    file_uri(self.fs, self._abs(entry.final), self.batch_log_scheme), entry.bytes
+                )
                 for committable in committables
                 for entry in FilesPayload.of(committable).files
             ),

@@ -18,12 +18,14 @@ from twopc.faults import CrashPoint
 # backend -> its modes; the service a backend depends on (None: the local filesystem)
 MODES: dict[str, tuple[str, ...]] = {
     "files": ("parquet",),
+    "s3": ("parquet",),  # the files sink on the S3 API (S3Proxy), completing multipart uploads
     "postgres": ("transaction", "two_phase"),
     "mysql": ("transaction", "two_phase"),
     "kafka": ("per_partition", "atomic"),
 }
 SERVICE: dict[str, str | None] = {
     "files": None,
+    "s3": "s3",
     "postgres": "postgres",
     "mysql": "mariadb",
     "kafka": "kafka",
@@ -42,6 +44,7 @@ TASK_COMMIT_POINTS = (CrashPoint.BEFORE_TASK_COMMIT, CrashPoint.AFTER_TASK_COMMI
 # restarts in 1-3 s, the Kafka broker in 5-10 s, so broker kills are drawn less often.
 LOCAL_WEIGHTS: dict[str, dict[str, float]] = {
     "files": {"driver": 0.5, "worker": 0.5},
+    "s3": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "postgres": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "mysql": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "kafka": {"driver": 0.45, "worker": 0.45, "service": 0.1},
@@ -52,7 +55,18 @@ COMBO_WEIGHTS = {"kafka": 0.7}
 # A delayed kill lands within (this x batches) seconds of the start (local engine: of the
 # driver process; Spark: of the query): a clean batch's measured duration on a 2-core
 # machine, so most delayed kills land while the query runs.
-DELAY_PER_BATCH = {"files": 0.07, "postgres": 0.1, "mysql": 0.2, "kafka": 0.9, "spark": 1.0}
+DELAY_PER_BATCH = {
+    "files": 0.07,
+    "s3": 0.7,  # measured: 4 batches of 2x20 rows 6.0 s, 1 batch 3.8-4.3 s (load 5-6)
+    "postgres": 0.1,
+    "mysql": 0.2,
+    "kafka": 0.9,
+    "spark": 1.0,
+}
+S3_SHARE = 0.3
+"""Share of the runs drawn as ``files`` that write to the S3 API instead of the local disk
+(when both are allowed). Drawn from a stream of its own (``store-SEED``) after the backend,
+so every seed drawn before S3 joined keeps its scenario unless it is one of these."""
 SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
 POINT_SHARE = 0.6
 """Share of runs timed by a named crash point; the rest are killed after a random delay."""
@@ -207,7 +221,9 @@ def draw(seed: int, options: Options) -> Scenario:
     if not combos:
         raise NoScenario(f"no backend matches {options.backends}")
     spark = rng.random() < options.spark_share
-    backend, mode = rng.choices(combos, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in combos])[0]
+    drawn = [c for c in combos if c[0] != "s3"] or combos  # s3: a store variant of files
+    backend, mode = rng.choices(drawn, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in drawn])[0]
+    backend = _store(seed, backend, combos)
     weights = _weights(backend, spark, options.targets)
     if not weights:
         if not spark and _weights(backend, True, options.targets):
@@ -268,6 +284,13 @@ def draw(seed: int, options: Options) -> Scenario:
     )
 
 
+def _store(seed: int, backend: str, combos: Sequence[tuple[str, str]]) -> str:
+    """``s3`` for a share of the ``files`` runs, when the filters allow both."""
+    if backend != "files" or ("s3", "parquet") not in combos:
+        return backend
+    return "s3" if random.Random(f"store-{seed}").random() < S3_SHARE else backend
+
+
 def _event(
     seed: int, *, backend: str, mode: str, engine: str, partitions: int, batches: int
 ) -> tuple[str, int, float, str]:
@@ -302,7 +325,7 @@ def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, f
 
 def _event_applies(event: str, backend: str, mode: str, engine: str, partitions: int) -> bool:
     if event == "rename":
-        return backend != "files"  # files name nothing after an option
+        return backend not in ("files", "s3")  # files name nothing after an option
     if event == "stop":
         return engine == "spark"  # query.stop() is Spark's
     if event == "speculate":

@@ -309,15 +309,19 @@ class S3FilesTarget(Target):
         infos = self._arrow().get_file_info(selector)
         return sorted(i.path for i in infos if i.type == pafs.FileType.File)
 
-    def committed(self, spec: SinkSpec) -> Counter[int]:
-        import pyarrow.dataset as ds
-
+    def visible_objects(self, spec: SinkSpec) -> list[str]:
+        """Objects a reader of the output picks up (none under a ``_`` or ``.`` name)."""
         prefix = spec.address.removeprefix("s3://")
-        data = [
+        return [
             p
             for p in self._objects(spec)
             if not any(part.startswith(("_", ".")) for part in p[len(prefix) + 1 :].split("/"))
         ]
+
+    def committed(self, spec: SinkSpec) -> Counter[int]:
+        import pyarrow.dataset as ds
+
+        data = self.visible_objects(spec)
         if not data:
             return Counter()
         table = ds.dataset(data, filesystem=self._arrow(), format="parquet").to_table()
@@ -335,6 +339,19 @@ class S3FilesTarget(Target):
         )
         uploads = [u["Key"] for u in answer.get("Uploads") or []]
         return [f"staged object {p}" for p in staged] + [f"open upload {k}" for k in uploads]
+
+    def alive(self) -> bool:
+        """The bucket answers a signed request (a new client: no pooled connection to a
+        store that was killed)."""
+        import s3fs
+
+        s3 = s3fs.S3FileSystem(
+            skip_instance_cache=True,
+            config_kwargs={"connect_timeout": 2, "retries": {"max_attempts": 1}},
+            **self.storage_options(),
+        )
+        s3.call_s3("head_bucket", Bucket=self.bucket)
+        return True
 
     def endpoint(self) -> tuple[str, int] | None:
         where = urlsplit(self.endpoint_url)

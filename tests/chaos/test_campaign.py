@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 # Seeds drawn with the default options (--spark-share 0.01); what each one covers.
 CI_SEEDS = {
-    4: "files/parquet local driver after_decision:kill",
+    4: "s3/parquet local worker before_pre_commit:kill, s3 paused 2.7 s in the restart",
     7: "files/parquet local worker after_invoke:kill, retried in the same query",
     26: "postgres/transaction local driver after_commit:kill",
     50: "postgres/transaction local worker after_invoke:kill",
@@ -66,12 +66,14 @@ def campaign(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[st
 
 @pytest.fixture
 def own_services(services_cli: Services) -> None:
-    """The campaign kills services: they must be this checkout's (started on demand)."""
-    services_cli.start("postgres", "mariadb", "kafka")
+    """The campaign kills and pauses services: they must be this checkout's (started on
+    demand)."""
+    services_cli.start("postgres", "mariadb", "kafka", "s3")
     if "not started by this checkout" in services_cli.status():
         pytest.skip(
             "a service on this checkout's ports belongs to another checkout, so the campaign "
-            "cannot kill it (set TWOPC_KAFKA_PORT, TWOPC_POSTGRES_PORT, TWOPC_MYSQL_PORT)"
+            "cannot kill it (set TWOPC_KAFKA_PORT, TWOPC_POSTGRES_PORT, TWOPC_MYSQL_PORT, "
+            "TWOPC_S3_PORT)"
         )
 
 

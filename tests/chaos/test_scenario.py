@@ -38,7 +38,7 @@ def test_the_mix_covers_every_backend_mode_and_target() -> None:
         (b, m) for b, modes in MODES.items() for m in modes
     }
     targets = Counter(s.service or s.target for s in scenarios)
-    assert set(targets) == {"driver", "worker", "executor", "postgres", "mariadb", "kafka"}
+    assert set(targets) == {"driver", "worker", "executor", "postgres", "mariadb", "kafka", "s3"}
     assert all(s.master.startswith("local-cluster") for s in scenarios if s.target == "executor")
     assert 0.03 < sum(s.engine == "spark" for s in scenarios) / len(scenarios) < 0.07
 
@@ -66,7 +66,7 @@ def test_events_are_drawn_apart_and_only_where_they_apply() -> None:
         "speculate",
     }
     for s in scenarios:
-        assert s.event != "rename" or s.backend != "files"
+        assert s.event != "rename" or s.backend not in ("files", "s3")
         assert s.event != "stop" or s.engine == "spark"
         if s.event == "speculate":
             assert (s.engine, s.partitions) == ("spark", 2) and s.mode != "atomic"
@@ -93,3 +93,19 @@ def test_pauses_are_drawn_apart_and_only_where_a_service_runs() -> None:
     # a pause leaves the rest of the seed's scenario as it was drawn without it
     for s in paused[:50]:
         assert replace(s, pause_at=0.0, pause_for=0.0).describe() in s.describe()
+
+
+def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was() -> None:
+    """S3 joined the mix after seeds were recorded: a seed not drawn as S3 draws what it
+    drew before (the draw without S3), and ``--backend s3`` draws S3 only."""
+    without = Options(backends=("files", "postgres", "mysql", "kafka"))
+    for seed in range(1000):
+        scenario = draw(seed, Options())
+        if scenario.backend != "s3":
+            assert scenario == draw(seed, without)
+        else:
+            assert draw(seed, without).backend == "files"
+    only = [draw(seed, Options(backends=("s3",))) for seed in range(200)]
+    assert {s.backend for s in only} == {"s3"}
+    assert {s.service for s in only} == {None, "s3"}
+    assert all(s.event != "rename" for s in only)

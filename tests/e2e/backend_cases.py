@@ -32,8 +32,9 @@ ROWS_PER_FILE = 40
 def new_target(
     request: pytest.FixtureRequest, backend: str, mode: str, tmp_path: Path, prefix: str = "rq"
 ) -> tuple[Target, SinkSpec]:
-    """A fresh namespace of ``backend`` (table, topic or directory) and its sink spec, on
-    the services the session's fixtures start."""
+    """A fresh namespace of ``backend`` (table, topic or directory; ``s3``: a prefix of the
+    S3 API's bucket, written by the files sink) and its sink spec, on the services the
+    session's fixtures start."""
     fixtures = {"postgres": "postgres_dsn", "mysql": "mysql_dsn", "kafka": "kafka_bootstrap"}
     keys = {
         "postgres": "POSTGRES_DSN",
@@ -41,6 +42,8 @@ def new_target(
         "kafka": "KAFKA_BOOTSTRAP_SERVERS",
     }
     env = {keys[backend]: request.getfixturevalue(fixtures[backend])} if backend in keys else {}
+    if backend == "s3":
+        env = request.getfixturevalue("s3_store").env()
     target = make_target(backend, env)
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     return target, target.prepare(name, mode, tmp_path, kafka_partitions=3)

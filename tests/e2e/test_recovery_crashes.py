@@ -30,7 +30,12 @@ BATCHES, PARTITIONS, ROWS = 3, 3, 10
 EXPECTED = {
     b * 1000 + p * ROWS + i for b in range(BATCHES) for p in range(PARTITIONS) for i in range(ROWS)
 }
-CASES = [("files", "parquet"), ("postgres", "two_phase"), ("mysql", "two_phase")]
+CASES = [
+    ("files", "parquet"),
+    ("s3", "parquet"),  # the files sink on the S3 API, committing by completing uploads
+    ("postgres", "two_phase"),
+    ("mysql", "two_phase"),
+]
 SEQUENCES = {
     "commit": ["after_decision", "recovery_between_commits", "recovery_before_commit"],
     "abort": ["before_decision", "recovery_between_aborts", "recovery_before_abort"],

@@ -1,10 +1,20 @@
 """The files backend on the S3 API through real Spark, committing by completing multipart
-uploads: the driver SIGKILLed between the decision and the commit, and the S3 server
-SIGKILLed there too, each followed by a restart. Checked on the store: every row once, no
-staged object and no open upload left, read back with pyarrow's S3 filesystem."""
+uploads: the driver SIGKILLed at each driver crash point, a Python worker SIGKILLed at each
+task crash point (and retried by Spark in the same query), both executor JVMs of a
+``local-cluster`` SIGKILLed mid-task, and the S3 server SIGKILLed while a decided batch
+waits for its commit, each followed by what an operator does (a restart, or nothing when
+Spark retries). Checked on the store: every row once, no staged object and no open upload
+left, read back with pyarrow's S3 filesystem.
+
+CI runs the driver killed after the decision and the S3 server kill; the other points, the
+worker kills and the executor kill are ``extended`` (the local engine's S3 matrix,
+``test_s3_crash_matrix.py``, covers every point in seconds)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,38 +22,40 @@ from typing import Any
 import pytest
 import s3fs
 
+from tests.chaos import procs
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.targets import S3FilesTarget, make_target
 from tests.e2e.backend_cases import add_input
-from tests.e2e.entry_runs import command, kill_when, run
+from tests.e2e.entry_runs import _env, command, kill_when, run
+from tests.helpers import run_process
 from tests.integration.conftest import S3Store
 from tests.integration.services import ServiceControl
+from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CRASH_BATCH = 1
 
 
 @pytest.fixture
 def target(s3_store: S3Store, tmp_path: Path) -> Iterator[tuple[S3FilesTarget, SinkSpec]]:
-    env = {
-        "S3_ENDPOINT_URL": s3_store.endpoint_url,
-        "S3_BUCKET": s3_store.bucket,
-        "S3_ACCESS_KEY_ID": s3_store.access_key_id,
-        "S3_SECRET_ACCESS_KEY": s3_store.secret_access_key,
-    }
-    target = make_target("s3", env)
+    target = make_target("s3", s3_store.env())
     assert isinstance(target, S3FilesTarget)
     spec = target.prepare(f"s3-{tmp_path.name[-12:]}", "parquet", tmp_path, 1)
     yield target, spec
     target.cleanup(spec)
 
 
+def _glob(target: S3FilesTarget, spec: SinkSpec, pattern: str) -> list[str]:
+    """Objects under the output matching ``pattern`` (relative to it), listed afresh."""
+    s3 = s3fs.S3FileSystem(**target.storage_options())
+    s3.invalidate_cache()
+    return list(s3.glob(f"{spec.address.removeprefix('s3://')}/{pattern}"))
+
+
 def _decided(target: S3FilesTarget, spec: SinkSpec, batch_id: int) -> bool:
     """Whether the commit log, next to the data on the store, holds the batch's decision."""
-    s3 = s3fs.S3FileSystem(**target.storage_options())
-    prefix = spec.address.removeprefix("s3://")
-    pattern = f"{prefix}/_twopc/{spec.sink_id}/*/{batch_id:020d}.decision.json"
-    s3.invalidate_cache()
-    return bool(s3.glob(pattern))
+    return bool(_glob(target, spec, f"_twopc/{spec.sink_id}/*/{batch_id:020d}.decision.json"))
 
 
 def _assert_exactly_once(target: S3FilesTarget, spec: SinkSpec, expected: set[int]) -> None:
@@ -53,13 +65,17 @@ def _assert_exactly_once(target: S3FilesTarget, spec: SinkSpec, expected: set[in
     assert target.leftovers(spec) == []
 
 
+def _input(tmp_path: Path) -> tuple[Path, Path, set[int]]:
+    source = tmp_path / "in"
+    return source, tmp_path / "chk", set().union(*(add_input(source, i) for i in range(3)))
+
+
 @pytest.mark.parametrize("entry", ["foreach", pytest.param("format", marks=pytest.mark.extended)])
 def test_the_driver_sigkilled_between_decision_and_commit(
     target: Any, tmp_path: Path, entry: str
 ) -> None:
     s3_target, spec = target
-    source, checkpoint = tmp_path / "in", tmp_path / "chk"
-    expected = set().union(*(add_input(source, i) for i in range(3)))
+    source, checkpoint, expected = _input(tmp_path)
     stalled = command(entry, spec, source, checkpoint, faults="after_decision:sleep=300@batch=1")
     kill_when(stalled, tmp_path, lambda: _decided(s3_target, spec, 1), "batch 1 was decided")
     # decided, not completed: the batch's files are open uploads, invisible
@@ -70,6 +86,95 @@ def test_the_driver_sigkilled_between_decision_and_commit(
     _assert_exactly_once(s3_target, spec, expected)
 
 
+@pytest.mark.extended
+@pytest.mark.parametrize(
+    "point",
+    [CrashPoint.BEFORE_DECISION, CrashPoint.BETWEEN_COMMITS, CrashPoint.AFTER_COMMIT],
+    ids=lambda p: p.value,
+)
+def test_the_driver_sigkilled_at_a_crash_point(
+    target: Any, tmp_path: Path, point: CrashPoint
+) -> None:
+    """The other driver points (after_decision: the test above): undecided work is aborted
+    on restart, a half-completed batch is completed, a completed one is not written again."""
+    s3_target, spec = target
+    source, checkpoint, expected = _input(tmp_path)
+    faults = f"{point.value}:kill@batch={CRASH_BATCH}"
+    # (in its own process group, killed whole: nothing of the dead driver outlives it)
+    crashed = run_process(command("foreach", spec, source, checkpoint, faults=faults)[1:])
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    seen = s3_target.committed(spec)
+    assert max(seen.values(), default=1) == 1 and set(seen) < expected
+    rerun = run(command("foreach", spec, source, checkpoint))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _assert_exactly_once(s3_target, spec, expected)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize(
+    "point",
+    [
+        CrashPoint.BEFORE_BEGIN,
+        CrashPoint.AFTER_INVOKE,
+        CrashPoint.BEFORE_PRE_COMMIT,
+        CrashPoint.AFTER_PRE_COMMIT,
+    ],
+    ids=lambda p: p.value,
+)
+def test_a_python_worker_sigkilled_at_a_crash_point_is_retried(
+    target: Any, tmp_path: Path, point: CrashPoint
+) -> None:
+    """``local[2,2]``: the killed task's first attempt is retried in the same query. What
+    the killed attempt left (an open upload, a prepared committable) is aborted once the
+    batch is committed, with no restart to do it."""
+    s3_target, spec = target
+    source, checkpoint, expected = _input(tmp_path)
+    rows = ",rows=5" if point is CrashPoint.AFTER_INVOKE else ""
+    faults = f"{point.value}:kill@batch={CRASH_BATCH},partition=1,attempt=0{rows}"
+    done = run(command("foreach", spec, source, checkpoint, faults=faults, master="local[2,2]"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fault injection:" in done.stderr  # the worker was killed
+    _assert_exactly_once(s3_target, spec, expected)
+
+
+@pytest.mark.extended
+def test_both_executor_jvms_sigkilled_mid_task(target: Any, tmp_path: Path) -> None:
+    """``local-cluster``: partition 1 of batch 1 stalls in phase 1 with its upload open;
+    both executor JVMs are SIGKILLed; Spark starts new ones and runs the stage again (its
+    task attempts count from 0 again, so the stall comes once more). The killed attempt's
+    upload, at the same key as the new one's, is aborted; the new one completed once."""
+    s3_target, spec = target
+    source, checkpoint, expected = _input(tmp_path)
+    args = command(
+        "foreach",
+        spec,
+        source,
+        checkpoint,
+        master="local-cluster[2,1,1024]",
+        faults=f"after_invoke:sleep=8@batch={CRASH_BATCH},partition=1,attempt=0",
+    )
+    started = f"_twopc_staging/{spec.sink_id}/*/{CRASH_BATCH:020d}/00001-*/_started"
+    log = tmp_path / "query.log"
+    with log.open("w") as out:
+        query = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=_env())
+    try:
+        deadline = time.monotonic() + 240
+        while not _glob(s3_target, spec, started):
+            assert query.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "partition 1 of the batch never started"
+            time.sleep(0.3)
+        executors = procs.executor_jvms(query.pid)
+        assert executors, "no executor JVM found"
+        for pid in executors:
+            procs.sigkill(pid)
+        assert query.wait(timeout=400) == 0, log.read_text()[-3000:]
+    finally:
+        if query.poll() is None:
+            query.kill()
+            query.wait()
+    _assert_exactly_once(s3_target, spec, expected)
+
+
 def test_the_s3_server_sigkilled_between_decision_and_commit(
     target: Any, tmp_path: Path, services: ServiceControl
 ) -> None:
@@ -77,8 +182,7 @@ def test_the_s3_server_sigkilled_between_decision_and_commit(
     the store comes back with its open uploads (S3Proxy keeps them on disk) and the
     restart completes them."""
     s3_target, spec = target
-    source, checkpoint = tmp_path / "in", tmp_path / "chk"
-    expected = set().union(*(add_input(source, i) for i in range(3)))
+    source, checkpoint, expected = _input(tmp_path)
     stalled = command(
         "foreach", spec, source, checkpoint, faults="after_decision:sleep=300@batch=1"
     )

@@ -93,6 +93,15 @@ class S3Store:
     def url(self, *parts: str) -> str:
         return "s3://" + "/".join([self.bucket, *parts])
 
+    def env(self) -> dict[str, str]:
+        """The store as ``scripts/services env`` prints it (what chaos targets take)."""
+        return {
+            "S3_ENDPOINT_URL": self.endpoint_url,
+            "S3_BUCKET": self.bucket,
+            "S3_ACCESS_KEY_ID": self.access_key_id,
+            "S3_SECRET_ACCESS_KEY": self.secret_access_key,
+        }
+
 
 @pytest.fixture(scope="session")
 def s3_store(services_cli: Services) -> S3Store:

@@ -111,21 +111,26 @@ def test_files_on_s3_commit_once_and_a_failed_batch_leaves_nothing(
     assert _open_uploads(s3_store, prefix) == []
 
 
-def _sink(store: S3Store, prefix: str, **options: Any) -> twopc.Sink[Any]:
+def _sink(
+    store: S3Store, prefix: str, commit_by: str = "complete_upload", **options: Any
+) -> twopc.Sink[Any]:
     return twopc.create_sink(
         "files",
         path=store.url(prefix),
         format="parquet",
         storage_options=store.storage_options(),
-        commit_by="complete_upload",
+        commit_by=commit_by,
         **options,
     )
 
 
-def _decide_without_completing(store: S3Store, prefix: str, log: str, engine: LocalEngine) -> None:
-    """Batch 0 decided, then the driver stops before its commit: its uploads stay open."""
+def _decide_without_completing(
+    store: S3Store, prefix: str, log: str, engine: LocalEngine, commit_by: str = "complete_upload"
+) -> None:
+    """Batch 0 decided, then the driver stops before its commit: its uploads stay open
+    (``move``: its files stay staged)."""
     stopped = Coordinator(
-        _sink(store, prefix),
+        _sink(store, prefix, commit_by),
         "orders",
         CommitLog(log),
         faults=FaultPlan.parse("after_decision:raise@batch=0"),
@@ -235,3 +240,67 @@ def test_a_decision_on_s3_is_never_overwritten_by_a_second_writer(s3_store: S3St
         log.record_decision(decision("q-1", 0, partitions=2))
     read = log.decision("q-1", 0)
     assert read is not None and len(read.committables) == 1
+
+
+DATA_WRITES = {"CopyObject", "UploadPartCopy", "PutObject", "UploadPart"}
+"""S3 operations that copy or send object bytes."""
+
+
+@pytest.mark.parametrize("commit_by", ["complete_upload", "move"])
+def test_the_commit_on_s3_copies_nothing(s3_store: S3Store, tmp_path: Path, commit_by: str) -> None:
+    """Every S3 request the driver's commit sends, counted by botocore's own event hook
+    on the client s3fs uses: completing uploads copies and sends no bytes (one
+    ``CompleteMultipartUpload`` per file); the move path, for contrast, copies each file."""
+    prefix = f"mpc-{uuid.uuid4().hex[:8]}"
+    log = str(tmp_path / "log")
+    engine = LocalEngine(
+        [pa.table({"id": pa.array(range(p * 100, p * 100 + 50))}) for p in range(3)],
+        processes=False,
+    )
+    _decide_without_completing(s3_store, prefix, log, engine, commit_by)
+    decision = CommitLog(log).decision(QUERY, 0)
+    assert decision is not None and _visible(s3_store, prefix) == []
+    sink = _sink(s3_store, prefix, commit_by)
+    assert isinstance(sink, twopc.CommitsOnDriver)
+    client = sink.fs.s3  # type: ignore[attr-defined]
+    sent: list[str] = []
+
+    def count(event_name: str, **_: Any) -> None:
+        sent.append(event_name.rsplit(".", 1)[-1])
+
+    client.meta.events.register("before-call.s3", count)
+    try:
+        sink.commit(decision.committables)
+    finally:
+        client.meta.events.unregister("before-call.s3", count)
+
+    assert len(_visible(s3_store, prefix)) == 150
+    if commit_by == "complete_upload":
+        assert [name for name in sent if name in DATA_WRITES] == []
+        assert sent.count("CompleteMultipartUpload") == 3
+    else:
+        assert sent.count("CopyObject") + sent.count("UploadPartCopy") == 3
+
+
+def test_a_committable_on_s3_is_never_overwritten_by_a_second_run_of_its_attempt(
+    s3_store: S3Store,
+) -> None:
+    """Two processes run the same task attempt: the second to prepare meets the first's
+    ``_committable.json`` (a conditional PUT, ``If-None-Match: *``), gives way and aborts
+    its own uploads; the first's record stays, and committing it shows its rows once."""
+    prefix = f"mpx-{uuid.uuid4().hex[:8]}"
+    sink = _sink(s3_store, prefix)
+    assert isinstance(sink, twopc.CommitsOnDriver)
+    context = twopc.TaskContext("orders", QUERY, 0, 0, 0, run_id="run-1")
+    first, second = sink.begin_transaction(context), sink.begin_transaction(context)
+    sink.invoke(first, pa.record_batch({"id": pa.array(range(5))}))
+    sink.invoke(second, pa.record_batch({"id": pa.array(range(7))}))
+    prepared = sink.pre_commit(first)
+    with pytest.raises(twopc.TransientSinkError, match="prepared the same task attempt"):
+        sink.pre_commit(second)
+    sink.abort(second)
+    assert sink.recover("orders") == [prepared]
+    assert len(_open_uploads(s3_store, prefix)) == 1  # the first's; the second's aborted
+    sink.commit([prepared])
+    assert _visible(s3_store, prefix) == list(range(5))
+    assert _open_uploads(s3_store, prefix) == []

@@ -10,6 +10,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
+import twopc
+from twopc_files import FilesSink
 from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
 
 pytestmark = pytest.mark.unit
@@ -64,3 +66,17 @@ def test_file_uris_are_what_spark_resolves(tmp_path: Path) -> None:
     assert file_uri(local, "/data/out/a.parquet") == "file:///data/out/a.parquet"
     memory = fsspec.filesystem("memory")
     assert file_uri(memory, "bucket/a.parquet") == "memory://bucket/a.parquet"
+
+
+class _S3Like:
+    """Just what ``file_uri`` reads of an s3fs filesystem: its protocols."""
+
+    protocol = ("s3", "s3a")
+
+
+def test_s3_files_are_logged_as_s3a_unless_another_scheme_is_asked_for() -> None:
+    # open-source Spark reads S3 through Hadoop's S3A (s3a://); EMR's s3:// is its own
+    assert file_uri(_S3Like(), "bucket/out/a.parquet") == "s3a://bucket/out/a.parquet"
+    assert file_uri(_S3Like(), "bucket/out/a.parquet", "s3") == "s3://bucket/out/a.parquet"
+    with pytest.raises(twopc.ConfigurationError, match="not a URI scheme"):
+        FilesSink("s3://bucket/out", batch_log=True, batch_log_scheme="s3:")

@@ -909,3 +909,20 @@ def test_two_runs_of_a_partition_with_one_attempt_number_stay_apart(target: Targ
         task.run(0, 0, fetch_fails(), attempt_id=23)
     assert sink.commit([decided.committable]) == [CommitOutcome.COMMITTED]
     assert sorted(read_committed(target)["id"].to_pylist()) == sorted(orders(5)["id"].to_pylist())
+
+
+def test_a_prepared_attempts_record_is_never_overwritten(target: Target) -> None:
+    """``_committable.json`` is created exclusively: the same record written again (a
+    retried request that had landed) is accepted; a second process preparing the same
+    attempt with other files gives way with a retryable error, and its abort leaves the
+    first record for recovery."""
+    sink = target.sink()
+    first, second = sink.begin_transaction(ctx()), sink.begin_transaction(ctx())
+    sink.invoke(first, orders(5).to_batches()[0])
+    sink.invoke(second, orders(7).to_batches()[0])
+    prepared = sink.pre_commit(first)
+    assert sink.pre_commit(first) == prepared  # written again: the same bytes, accepted
+    with pytest.raises(twopc.TransientSinkError, match="prepared the same task attempt"):
+        sink.pre_commit(second)
+    sink.abort(second)
+    assert sink.recover(SINK) == [prepared]

@@ -1,6 +1,8 @@
-"""The multipart writer's bookkeeping without a store: how bytes become parts, and the
-ETag S3 gives a completed upload (checked against what S3Proxy answered; the store itself
-is exercised in tests/integration/test_s3_files.py)."""
+"""The multipart writer's bookkeeping without a store: how bytes become parts, the ETag S3
+gives a completed upload (checked against what S3Proxy answered), and how a completion
+whose upload is gone is judged (AWS answers a repeated completion with ``NoSuchUpload``,
+which S3Proxy never does, so a fake client plays AWS there; the store itself is exercised
+in tests/integration/test_s3_files.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from twopc_files._multipart import MultipartFile, Part, completed_etag
+from twopc_files._multipart import MultipartFile, MultipartStore, Part, completed_etag
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +70,56 @@ def test_the_completed_etag_is_the_md5_of_the_parts_md5s() -> None:
         Part(2, '"82136b4240d6ce4ea7d03e51469a393b"'),
     ]
     assert completed_etag(parts) == "8b0be7847da5564ae08e97af63b60885-2"
+
+
+PARTS = (Part(1, "79b281060d337b9b2b84ccf390adcf74"), Part(2, "82136b4240d6ce4ea7d03e51469a393b"))
+
+
+class GoneUploadClient:
+    """Just the s3fs calls ``MultipartStore.complete`` makes, answering as AWS does once
+    the upload is no longer open: ``NoSuchUpload`` (s3fs raises ``FileNotFoundError`` for
+    it), and ``HEAD`` shows whatever object is at the key (``etag``; ``None``: nothing)."""
+
+    def __init__(self, etag: str | None) -> None:
+        self.etag = etag
+        self.calls: list[str] = []
+
+    def split_path(self, path: str) -> tuple[str, str, None]:
+        bucket, key = path.split("/", 1)
+        return bucket, key, None
+
+    def call_s3(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(method)
+        assert (kwargs["Bucket"], kwargs["Key"]) == ("bucket", "out/part-0.parquet")
+        if method == "complete_multipart_upload":
+            raise FileNotFoundError("NoSuchUpload: the specified upload does not exist")
+        if method == "head_object" and self.etag is not None:
+            return {"ETag": f'"{self.etag}"'}
+        raise FileNotFoundError(kwargs["Key"])
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        self.calls.append("invalidate_cache")
+
+
+def test_an_upload_gone_with_its_object_in_place_was_completed_before() -> None:
+    client = GoneUploadClient(completed_etag(PARTS))
+    completed = MultipartStore(client).complete("bucket/out/part-0.parquet", "u-1", PARTS)
+    assert completed is False  # already visible: "already committed", nothing done
+    assert client.calls == ["complete_multipart_upload", "head_object"]
+
+
+@pytest.mark.parametrize(
+    "etag",
+    [
+        pytest.param("0123456789abcdef0123456789abcdef-2", id="another object"),
+        pytest.param("79b281060d337b9b2b84ccf390adcf74", id="a single-part PUT"),
+        pytest.param(None, id="no object"),
+    ],
+)
+def test_an_upload_gone_without_its_object_is_an_error(etag: str | None) -> None:
+    """Aborted or expired (a lifecycle rule), or overwritten by another writer: the
+    decided file can no longer appear, so the commit must not report success."""
+    client = GoneUploadClient(etag)
+    with pytest.raises(FileNotFoundError):
+        MultipartStore(client).complete("bucket/out/part-0.parquet", "u-1", PARTS)
+    assert client.calls == ["complete_multipart_upload", "head_object"]
