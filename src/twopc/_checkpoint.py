@@ -18,7 +18,7 @@ from typing import Any
 
 from twopc.storage import filesystem_for, join
 
-__all__ = ["input_fingerprint", "query_id_of"]
+__all__ = ["input_fingerprint", "planned_batch", "query_id_of"]
 
 _log = logging.getLogger("twopc")
 
@@ -45,6 +45,23 @@ def input_fingerprint(
             exc_info=True,
         )
         return None
+
+
+def planned_batch(
+    checkpoint_root: str, storage_options: dict[str, Any] | None = None
+) -> int | None:
+    """The newest batch in the checkpoint's offset log (Spark writes ``offsets/N`` before
+    it plans batch N), or ``None`` when there is none or it cannot be read."""
+    try:
+        fs, root = filesystem_for(checkpoint_root, storage_options)
+        names = [
+            n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(join(root, "offsets"), detail=False)
+        ]
+    except Exception:
+        _log.debug("cannot list %s/offsets", checkpoint_root, exc_info=True)
+        return None
+    batches = [int(n) for n in names if n.isdigit()]
+    return max(batches) if batches else None
 
 
 def query_id_of(checkpoint_root: str, storage_options: dict[str, Any] | None = None) -> str | None:

@@ -416,6 +416,40 @@ class Coordinator:
         self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
         return run
 
+    def _record_reported_run(
+        self,
+        query_id: str,
+        batch_id: int,
+        state: BatchState,
+        partitions: int,
+        input_fingerprint: str | None,
+    ) -> BatchRun:
+        """Record the run of a batch whose tasks ran, with its partition count, in place of
+        the run :meth:`plan_reported` recorded with the count unknown. Its shape is checked
+        against the earlier runs whose count is known; runs that crashed before their count
+        was learnt cannot be compared (a documented limit of ``format("twopc")``)."""
+        naming = self.sink.naming()
+        planned = [
+            r
+            for r in state.runs
+            if r.footprint == Footprint(naming, 0)
+            and r.input == input_fingerprint
+            and r.path is self.path
+        ]
+        if not planned:
+            return self._record_run(query_id, batch_id, state, partitions, input_fingerprint)
+        self._guard.order(query_id, batch_id, state.newest_decided)
+        run = BatchRun(
+            Footprint(naming, partitions),
+            input_fingerprint,
+            path=self.path,
+            started_at=planned[-1].started_at,
+        )
+        known = [r for r in state.runs if r.footprint.partitions]
+        self._guard.replay_shape(known, run, query_id, batch_id)
+        self.commit_log.replace_run(query_id, batch_id, planned[-1], run)
+        return run
+
     def _decide_and_commit(
         self,
         query_id: str,
@@ -582,6 +616,38 @@ class Coordinator:
 
     # -- batches whose tasks ran first: format("twopc") -------------------------------------
 
+    def plan_reported(
+        self, query_id: str, batch_id: int, *, input_fingerprint: str | None = None
+    ) -> bool:
+        """Where a batch whose tasks run before the coordinator is asked gets planned, before
+        any of its tasks starts (``format("twopc")``: in the process that plans them). Returns
+        whether the batch is decided already: a replay, whose tasks must then write nothing
+        (their markers may be gone, and a driver-commit sink has none to look at).
+
+        Otherwise it makes the checks that must come before anything is written, as
+        :meth:`run_batch` does before phase 1: the log and the target's markers agree (no
+        checkpoint put back from an older copy), the markers of a partly committed batch
+        still exist, and undecided prepared work an earlier run left is aborted. The run is
+        then recorded, with its partition count unknown until :meth:`commit_reported`, so
+        that a crash during the tasks leaves its shape and age in the log."""
+        listing = self.commit_log.listing()
+        self._finish_all(self.commit_log.pending(listing))
+        state = self.commit_log.batch_state(query_id, batch_id, listing)
+        if state.decision is not None:
+            self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
+            return True
+        self._guard.order(query_id, batch_id, state.newest_decided)
+        self._guard.markers_not_ahead(query_id, batch_id, state)
+        self._guard.markers_kept(state.runs, query_id, batch_id)
+        if self._driver is not None:
+            self._abort_undecided(self._driver)
+        self._sweep()
+        planned = BatchRun(
+            Footprint(self.sink.naming(), 0), input_fingerprint, self.path, started_at=time.time()
+        )
+        self.commit_log.record_run(query_id, batch_id, planned, known=state.runs)
+        return False
+
     def commit_reported(
         self,
         query_id: str,
@@ -647,7 +713,7 @@ class Coordinator:
                 batch_id=batch_id,
                 partition=failed[0],
             )
-        run = self._record_run(query_id, batch_id, state, len(reports), input_fingerprint)
+        run = self._record_reported_run(query_id, batch_id, state, len(reports), input_fingerprint)
         try:
             committables = self._collect(present, query_id, batch_id)
         except BaseException:

@@ -22,9 +22,11 @@ backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -37,12 +39,12 @@ from pyspark.sql.datasource import (
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._boundary import leaving_sink, leaving_twopc
-from twopc._checkpoint import input_fingerprint, query_id_of
+from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
-from twopc._reports import TaskReport
+from twopc._reports import TaskOutcome, TaskReport
 from twopc._sink_options import json_object, typed_options
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
@@ -82,6 +84,8 @@ class _Setup:
     batch_id: int | None  # batch writes only
     faults: FaultPlan | None
     progress: ProgressReporter | None = None
+    replayed_batch: int | None = None
+    """A streaming batch found decided where it was planned: its tasks write nothing."""
     run_token: int = field(default_factory=lambda: int(time.time()) & 0xFFFF)
     """Set where the writer is planned, on the driver, and shipped with it to the tasks:
     it tells this run's task attempts from an earlier run's (Spark counts task attempt ids
@@ -173,6 +177,8 @@ class _Setup:
         from pyspark import TaskContext as SparkTaskContext
 
         context = SparkTaskContext.get()
+        if batch_id == self.replayed_batch:
+            return self.skip_replayed(context, iterator)
         task = Phase1Task(
             self.sink,
             self.sink_id,
@@ -189,6 +195,16 @@ class _Setup:
             iterator,
             attempt_id=self.attempt_id(context.taskAttemptId() if context else 0),
         )
+        return TwopcMessage(report.dumps())
+
+    def skip_replayed(self, context: Any, iterator: Iterator[pa.RecordBatch]) -> Any:
+        """The task of a batch decided before: read the partition (Spark checks that every
+        partition of a stateful query was evaluated) and write nothing."""
+        for _ in iterator:
+            pass
+        partition = context.partitionId() if context else 0
+        attempt = context.attemptNumber() if context else 0
+        report = TaskReport(partition, attempt, TaskOutcome.ALREADY_COMMITTED, None)
         return TwopcMessage(report.dumps())
 
 
@@ -213,7 +229,8 @@ class TwopcDataSource(DataSource):
                     '.option("checkpointLocation", ...) on the writeStream (the query id is '
                     "read from its metadata file)"
                 )
-            _finish_decided(setup)
+            if not _planned_for_commit():
+                setup = _plan_batch(setup)
             if setup.progress is not None:  # refused before any task writes
                 setup.progress.check(setup.sink_id)
         return _StreamWriter(setup)
@@ -339,6 +356,44 @@ def _only_progress_kind() -> str:
         f"several progress reporters are installed ({', '.join(kinds)}): choose one with "
         '.option("progress_kind", ...)'
     )
+
+
+def _planned_for_commit() -> bool:
+    """Whether Spark asks for the writer in the process that then calls its ``commit`` or
+    ``abort`` (pyspark's ``python_streaming_sink_runner``), after the batch's tasks ran.
+    Spark calls ``streamWriter()`` twice per micro-batch, there and where it plans the
+    tasks, and passes nothing that tells the two apart; only the planning call may run the
+    checks that must come before the tasks write, so the caller is read off the stack."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("python_streaming_sink_runner.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _plan_batch(setup: _Setup) -> _Setup:
+    """Before the tasks of the batch Spark is planning (the newest in the checkpoint's
+    offset log): finish decided batches, check the batch may be written, and mark it
+    replayed if it is decided already, so its tasks write nothing."""
+    assert setup.query_id is not None
+    batch = planned_batch(setup.checkpoint) if setup.checkpoint else None
+    if batch is None:  # the offset log cannot be read: the commit makes the checks
+        _finish_decided(setup)
+        return setup
+    fingerprint = input_fingerprint(setup.checkpoint, batch) if setup.checkpoint else None
+    decided = setup.coordinator().plan_reported(
+        setup.query_id, batch, input_fingerprint=fingerprint
+    )
+    if not decided:
+        return setup
+    _log.info(
+        "twopc sink=%s: batch %d of query %s is committed already; its replay writes nothing",
+        setup.sink_id,
+        batch,
+        setup.query_id,
+    )
+    return replace(setup, replayed_batch=batch)
 
 
 def _finish_decided(setup: _Setup) -> None:

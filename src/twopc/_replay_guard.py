@@ -154,7 +154,10 @@ class ReplayGuard:
         if age < lifetime - min(60.0, lifetime / 10):  # a margin for the clocks' skew
             return
         scope = RecoveryScope(self.sink_id, query_id)
-        footprint = earlier[-1].footprint
+        # the newest run whose partition count is known, if any (format("twopc") learns it
+        # only when the batch commits)
+        counted = [r for r in earlier if r.footprint.partitions]
+        footprint = (counted or earlier)[-1].footprint
         seen = self.committed_partitions(scope, batch_id, footprint, asked_for=batch_id)
         if seen is None or (footprint.partitions and seen >= set(range(footprint.partitions))):
             return  # the sink cannot tell, or every partition's marker is still there

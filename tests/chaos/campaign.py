@@ -175,6 +175,8 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
     by_event: dict[str, list[RunResult]] = defaultdict(list)
     for r in results:
         by_event[f"{r.scenario.engine}:{r.scenario.event}"].append(r)
+        if r.scenario.variant:
+            by_event[f"{r.scenario.engine}:{r.scenario.event}:{r.scenario.variant}"].append(r)
         if r.scenario.pause_for:
             by_event[f"{r.scenario.engine}:pause"].append(r)
     print("\nruns by engine:event (passed/runs; a paused run also counts under its event)")
@@ -186,6 +188,13 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
         print(
             f"\nspeculative copies seen in {seen} of {len(speculative)} speculate runs "
             "(none in a restart that had no batch left to run)"
+        )
+    inside = [r for r in results if r.scenario.variant == "log-inside"]
+    if inside:
+        refused = sum(1 for r in inside if r.restore_refused)
+        print(
+            f"restores with the log inside the checkpoint refused in {refused} of "
+            f"{len(inside)} (none where the copy was not behind the target)"
         )
     spark = sum(1 for r in results if r.scenario.engine == "spark")
     print(

@@ -34,6 +34,7 @@ SPARK_TIMEOUT = 300.0
 FAULT_LOG_LINE = "fault injection:"  # what twopc.faults logs when a rule fires
 SPARK_STARTED = '"event": "query-started"'
 RESHAPE_REFUSED = "ReplayMismatchError"  # a partly committed batch replayed in a new shape
+CHECKPOINT_REFUSED = "put back from an older copy"  # a restored checkpoint with its log inside
 
 
 @dataclass
@@ -48,6 +49,7 @@ class RunResult:
     kept: str | None = None
     paused: bool = False  # the scenario's service pause happened (a restart ran)
     speculated: bool | None = None  # speculate: a speculative copy was seen to run
+    restore_refused: bool = False  # restore (log inside): the older copy was refused
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +65,7 @@ class RunResult:
             "kept": self.kept,
             "paused": self.paused,
             "speculated": self.speculated,
+            "restore_refused": self.restore_refused,
         }
 
 
@@ -132,7 +135,7 @@ class Runner:
             spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
             if self.factory:
                 spec = replace(spec, factory=self.factory)
-            if scenario.event == "restore":
+            if scenario.event == "restore" and scenario.variant != "log-inside":
                 spec = replace(spec, log_outside=True)  # as docs/operations.md advises
             completed = self._attempts(scenario, target, spec, run_dir, result)
             if scenario.event == "speculate":
@@ -166,8 +169,9 @@ class Runner:
             _write_spark_input(scenario, run_dir / "in")
         # The restarts' shape: the event's (rescale, rename), except right after a refused
         # replay in the new shape, when the operator restarts once as before (the docs' advice).
+        renamed = spec.renamed(kafka_mode=scenario.variant == "mode")
         reshaped = (
-            spec.renamed() if scenario.event == "rename" else spec,
+            renamed if scenario.event == "rename" else spec,
             scenario.partitions_after or scenario.partitions,
         )
         original = (spec, scenario.partitions)
@@ -211,13 +215,22 @@ class Runner:
                     self.bounce(target, scenario.downtime)
                 if scenario.event == "restore" and (run_dir / "chk").exists():
                     shutil.copytree(run_dir / "chk", run_dir / "chk-copy")
-            refused = code != 0 and RESHAPE_REFUSED in log.read_text(errors="replace")
+            output = log.read_text(errors="replace")
+            refused = code != 0 and RESHAPE_REFUSED in output
             shape = original if refused else reshaped
             if code == 0 and (run_dir / "chk-copy").exists() and not restored:
-                # the query finished: put the older checkpoint back and run it again
-                shutil.rmtree(run_dir / "chk")
+                # the query finished: put the older checkpoint back and run it again,
+                # keeping the newer one as an operator would
+                (run_dir / "chk").rename(run_dir / "chk-newer")
                 (run_dir / "chk-copy").rename(run_dir / "chk")
                 restored = True
+                continue
+            if code != 0 and CHECKPOINT_REFUSED in output and (run_dir / "chk-newer").exists():
+                # the older copy (its log inside) was refused: the runbook's remedy is to
+                # put the newer checkpoint back
+                result.restore_refused = True
+                shutil.rmtree(run_dir / "chk")
+                (run_dir / "chk-newer").rename(run_dir / "chk")
                 continue
             if code == 0:
                 return True

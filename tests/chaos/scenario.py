@@ -162,6 +162,7 @@ class Scenario:
     pause_at: float = 0.0  # seconds into the second attempt when the service is paused
     pause_for: float = 0.0  # seconds it stays paused; 0: no pause
     loser: str = ""  # speculate: which attempt loses, a key of SLOW_TASKS
+    variant: str = ""  # rename: "prefix" or "mode" (Kafka); restore: "log-outside"/"log-inside"
 
     @property
     def service(self) -> str | None:
@@ -182,7 +183,7 @@ class Scenario:
         elif self.event == "speculate":
             event = f" then speculate ({self.loser})"
         elif self.event != "none":
-            event = f" then {self.event}"
+            event = f" then {self.event}" + (f" ({self.variant})" if self.variant else "")
         if self.pause_for:
             service = SERVICE[self.backend]
             event += f" +pause {service} {self.pause_for:.1f}s at {self.pause_at:.2f}s"
@@ -258,6 +259,7 @@ def draw(seed: int, options: Options) -> Scenario:
         seed, backend=backend, mode=mode, engine=engine, partitions=partitions, batches=batches
     )
     pause_at, pause_for = _pause(seed, backend, engine, batches)
+    variant = _variant(seed, event, backend)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -281,7 +283,25 @@ def draw(seed: int, options: Options) -> Scenario:
         pause_at=pause_at,
         pause_for=pause_for,
         loser=loser,
+        variant=variant,
     )
+
+
+def _variant(seed: int, event: str, backend: str) -> str:
+    """How a ``rename`` or ``restore`` goes, from a random stream of its own (seeds drawn
+    before variants existed keep every other field). ``rename`` of a Kafka sink changes
+    its ``transactional_id_prefix`` or its mode (``per_partition`` and ``atomic``);
+    ``restore`` keeps the commit log outside the checkpoint, as the runbook advises, or,
+    for the sinks that keep it inside by default (SQL, Kafka), inside: then the restart
+    from the older copy is refused, and the operator puts the newer checkpoint back."""
+    rng = random.Random(f"variant-{seed}")
+    if event == "rename" and backend == "kafka":
+        return rng.choice(("prefix", "mode"))
+    if event == "restore":
+        if backend in ("files", "s3"):
+            return "log-outside"  # the files sink keeps its log next to the data
+        return rng.choice(("log-outside", "log-inside"))
+    return ""
 
 
 def _store(seed: int, backend: str, combos: Sequence[tuple[str, str]]) -> str:

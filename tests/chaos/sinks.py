@@ -42,9 +42,12 @@ class SinkSpec:
             return None
         return f"{checkpoint}-twopc-log" if self.log_outside else f"{checkpoint}/twopc-log"
 
-    def renamed(self) -> SinkSpec:
+    def renamed(self, *, kafka_mode: bool = False) -> SinkSpec:
         """The same sink with its naming option changed: another Kafka transactional.id
-        prefix, or the other SQL transaction mode."""
+        prefix (or, with ``kafka_mode``, the other Kafka mode), or the other SQL transaction
+        mode."""
+        if self.backend == "kafka" and kafka_mode:
+            return replace(self, mode="atomic" if self.mode == "per_partition" else "per_partition")
         if self.backend == "kafka":
             return replace(self, prefix="twopc-renamed")
         if self.backend in ("postgres", "mysql"):

@@ -65,6 +65,11 @@ class Target(ABC):
             return False
         return True
 
+    def forget_markers(self, spec: SinkSpec) -> int:
+        """Delete the run's commit markers from the target, as an expiry or an operator
+        would; returns how many (0 where the sink keeps none)."""
+        return 0
+
     @abstractmethod
     def cleanup(self, spec: SinkSpec) -> None: ...
 
@@ -181,6 +186,13 @@ class SqlTarget(Target):
         parts = urlsplit(self.dsn)
         return parts.hostname or "127.0.0.1", parts.port or 0
 
+    def forget_markers(self, spec: SinkSpec) -> int:
+        rows = self._query(
+            f"SELECT count(*) FROM {self.ident(MARKER_TABLE)} WHERE sink_id = %s", (spec.sink_id,)
+        )
+        self._query(f"DELETE FROM {self.ident(MARKER_TABLE)} WHERE sink_id = %s", (spec.sink_id,))
+        return int(rows[0][0])
+
     def cleanup(self, spec: SinkSpec) -> None:
         self._query(f"DROP TABLE IF EXISTS {self.ident(spec.table)}")
         if self._query(
@@ -257,6 +269,17 @@ class KafkaTarget(Target):
     def endpoint(self) -> tuple[str, int] | None:
         host, _, port = self.bootstrap.split(",")[0].rpartition(":")
         return host, int(port)
+
+    def forget_markers(self, spec: SinkSpec) -> int:
+        """Delete the run's marker groups (``<prefix>.<sink id>.<query id>.p<n>``), as the
+        broker does ``offsets.retention.minutes`` after their last commit."""
+        client = self._admin()
+        listing = client.list_consumer_groups(request_timeout=TIMEOUT).result(TIMEOUT)
+        names = [str(g.group_id) for g in listing.valid if f".{spec.sink_id}." in str(g.group_id)]
+        if names:
+            for future in client.delete_consumer_groups(names, request_timeout=TIMEOUT).values():
+                future.result(TIMEOUT)
+        return len(names)
 
     def cleanup(self, spec: SinkSpec) -> None:
         client = self._admin()  # keep the handle alive until the futures resolve

@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--write-id", default="w1")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--files-per-trigger", type=int, default=1)
     parser.add_argument(
         "--checkpoint-location", default=None, help="foreach_batch's (default: --checkpoint)"
     )
@@ -124,7 +125,7 @@ def main() -> None:
 
     frame = (
         spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
+        .option("maxFilesPerTrigger", args.files_per_trigger)
         .json(args.source)
         .repartition(args.partitions, "id")
     )

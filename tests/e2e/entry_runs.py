@@ -26,6 +26,7 @@ def command(
     remote: str | None = None,
     write_id: str = "w1",
     master: str = "local[2]",
+    files_per_trigger: int = 1,
 ) -> list[str]:
     args = [
         sys.executable,
@@ -43,6 +44,8 @@ def command(
         write_id,
         "--master",
         master,
+        "--files-per-trigger",
+        str(files_per_trigger),
     ]
     if faults:
         args += ["--faults", faults]

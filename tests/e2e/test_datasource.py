@@ -123,3 +123,63 @@ def test_spark_calls_commit_again_after_the_commit_process_died(
     rerun = run(command("format", spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    _params(
+        [("kafka", "per_partition"), ("postgres", "transaction")], ci={("kafka", "per_partition")}
+    ),
+    indirect=True,
+)
+def test_a_decided_batch_replays_without_writing_when_its_markers_are_gone(
+    target: Any, tmp_path: Path
+) -> None:
+    """Tasks that commit themselves committed batch 1 and the driver decided it, then died
+    before Spark recorded the batch; while the query is down the target loses its markers
+    (Kafka groups expire after offsets.retention.minutes, an operator cleans the table).
+    Spark runs batch 1 again: where it is planned, the writer finds it decided and its
+    tasks write nothing, rather than trusting markers that are gone."""
+    target, spec = target
+    source, checkpoint = tmp_path / "in", tmp_path / "chk"
+    expected = set().union(*(add_input(source, i) for i in range(3)))
+    stalled = command("format", spec, source, checkpoint, faults="after_decision:sleep=300@batch=1")
+    kill_when_decided(stalled, [tmp_path], 1)
+    assert target.forget_markers(spec) > 0
+    rerun = run(command("format", spec, source, checkpoint))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+
+
+@pytest.mark.parametrize(
+    "target",
+    _params(
+        [("kafka", "per_partition"), ("postgres", "transaction")], ci={("kafka", "per_partition")}
+    ),
+    indirect=True,
+)
+def test_a_checkpoint_put_back_one_batch_behind_is_refused(target: Any, tmp_path: Path) -> None:
+    """The checkpoint (with the commit log inside it) copied after batch 0 is put back after
+    batch 1 committed; more input has arrived, so Spark plans batch 1 anew over two files.
+    The target's markers show batch 1, which the log put back has never heard of: the
+    writer refuses where the batch is planned, before any task writes."""
+    import shutil
+
+    target, spec = target
+    source, checkpoint = tmp_path / "in", tmp_path / "chk"
+    expected = add_input(source, 0)
+    first = run(command("format", spec, source, checkpoint))
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(checkpoint, tmp_path / "chk-after-0")
+    expected |= add_input(source, 1)
+    second = run(command("format", spec, source, checkpoint))
+    assert second.returncode == 0, second.stderr[-3000:]
+    shutil.rmtree(checkpoint)
+    shutil.copytree(tmp_path / "chk-after-0", checkpoint)
+    add_input(source, 2)
+    before = target.committed(spec)
+    refused = run(command("format", spec, source, checkpoint, files_per_trigger=2))
+    assert refused.returncode != 0
+    assert "batch 1 or a later one" in refused.stderr, refused.stderr[-3000:]
+    assert target.committed(spec) == before
+    assert_exactly_once(target, spec, expected)
