@@ -79,7 +79,7 @@ checkpoint is copied after the crash and put back once the query has finished, t
 query runs again (``restore``); the second attempt is stopped with ``query.stop()`` after a
 random delay (``stop``, Spark only); the restarts run with ``spark.speculation=true`` on a
 standalone cluster with one slow task per batch, so that a speculative copy runs
-(``speculate``, Spark only, two partitions, not Kafka ``atomic`` whose barrier stage Spark
+(``speculate``, Spark only, two partitions, not Kafka ``atomic`` whose single-task stage Spark
 never speculates)."""
 EVENT_WEIGHTS = {
     "none": 0.55,
@@ -349,7 +349,7 @@ def _event_applies(event: str, backend: str, mode: str, engine: str, partitions:
     if event == "stop":
         return engine == "spark"  # query.stop() is Spark's
     if event == "speculate":
-        # a copy needs a finished partition to compare with; barrier stages never speculate
+        # a copy needs a finished partition to compare with; a single-task stage has none
         return engine == "spark" and partitions == 2 and mode != "atomic"
     return True
 

@@ -59,9 +59,6 @@ def session(master: str, *, speculation: bool = False) -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "512m")
         .config("spark.pyspark.python", sys.executable)
-        # barrier stages (Kafka atomic mode) fail fast when slots are short
-        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
-        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
     )
     for key, value in (SPECULATION_CONF if speculation else {}).items():
         builder = builder.config(key, value)
