@@ -394,6 +394,18 @@ class Coordinator:
         )
         return self._finish(metrics_with_progress(metrics, published), started)
 
+    def _this_run(
+        self, partitions: int, input_fingerprint: str | None, started_at: float | None = None
+    ) -> BatchRun:
+        """This coordinator's run of a batch: the sink's naming, ``partitions`` (0: not
+        known yet), the input and the commit path."""
+        return BatchRun(
+            Footprint(self.sink.naming(), partitions),
+            input_fingerprint,
+            path=self.path,
+            started_at=time.time() if started_at is None else started_at,
+        )
+
     def _record_run(
         self,
         query_id: str,
@@ -405,12 +417,7 @@ class Coordinator:
         """Check that the batch may be written now (order, shape of a replay, markers) and
         record this run of it before its work becomes visible."""
         self._guard.order(query_id, batch_id, state.newest_decided)
-        run = BatchRun(
-            Footprint(self.sink.naming(), partitions),
-            input_fingerprint,
-            path=self.path,
-            started_at=time.time(),
-        )
+        run = self._this_run(partitions, input_fingerprint)
         self._guard.replay_shape(state.runs, run, query_id, batch_id)
         self._guard.markers_kept(state.runs, query_id, batch_id)
         self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
@@ -428,23 +435,12 @@ class Coordinator:
         the run :meth:`plan_reported` recorded with the count unknown. Its shape is checked
         against the earlier runs whose count is known; runs that crashed before their count
         was learnt cannot be compared (a documented limit of ``format("twopc")``)."""
-        naming = self.sink.naming()
-        planned = [
-            r
-            for r in state.runs
-            if r.footprint == Footprint(naming, 0)
-            and r.input == input_fingerprint
-            and r.path is self.path
-        ]
+        unknown = self._this_run(0, input_fingerprint)
+        planned = [r for r in state.runs if r.same_shape(unknown) and r.path is self.path]
         if not planned:
             return self._record_run(query_id, batch_id, state, partitions, input_fingerprint)
         self._guard.order(query_id, batch_id, state.newest_decided)
-        run = BatchRun(
-            Footprint(naming, partitions),
-            input_fingerprint,
-            path=self.path,
-            started_at=planned[-1].started_at,
-        )
+        run = self._this_run(partitions, input_fingerprint, planned[-1].started_at)
         known = [r for r in state.runs if r.footprint.partitions]
         self._guard.replay_shape(known, run, query_id, batch_id)
         self.commit_log.replace_run(query_id, batch_id, planned[-1], run)
@@ -642,9 +638,7 @@ class Coordinator:
         if self._driver is not None:
             self._abort_undecided(self._driver)
         self._sweep()
-        planned = BatchRun(
-            Footprint(self.sink.naming(), 0), input_fingerprint, self.path, started_at=time.time()
-        )
+        planned = self._this_run(0, input_fingerprint)
         self.commit_log.record_run(query_id, batch_id, planned, known=state.runs)
         return False
 

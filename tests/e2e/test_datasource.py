@@ -95,13 +95,20 @@ def test_a_failing_task_commits_nothing_of_its_batch(target: Any, tmp_path: Path
 )
 def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path: Path) -> None:
     target, spec = target
+    expected = _killed_after_deciding_batch_1(spec, tmp_path)
+    rerun = run(command("format", spec, tmp_path / "in", tmp_path / "chk"))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_exactly_once(target, spec, expected)
+
+
+def _killed_after_deciding_batch_1(spec: Any, tmp_path: Path) -> set[int]:
+    """Three input files; the query's driver SIGKILLed once batch 1 is decided and before
+    it commits. Returns every id of the input."""
     source, checkpoint = tmp_path / "in", tmp_path / "chk"
     expected = set().union(*(add_input(source, i) for i in range(3)))
     stalled = command("format", spec, source, checkpoint, faults="after_decision:sleep=300@batch=1")
     kill_when_decided(stalled, [tmp_path], 1)
-    rerun = run(command("format", spec, source, checkpoint))
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    return expected
 
 
 @pytest.mark.parametrize(
@@ -141,12 +148,9 @@ def test_a_decided_batch_replays_without_writing_when_its_markers_are_gone(
     Spark runs batch 1 again: where it is planned, the writer finds it decided and its
     tasks write nothing, rather than trusting markers that are gone."""
     target, spec = target
-    source, checkpoint = tmp_path / "in", tmp_path / "chk"
-    expected = set().union(*(add_input(source, i) for i in range(3)))
-    stalled = command("format", spec, source, checkpoint, faults="after_decision:sleep=300@batch=1")
-    kill_when_decided(stalled, [tmp_path], 1)
+    expected = _killed_after_deciding_batch_1(spec, tmp_path)
     assert target.forget_markers(spec) > 0
-    rerun = run(command("format", spec, source, checkpoint))
+    rerun = run(command("format", spec, tmp_path / "in", tmp_path / "chk"))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
 

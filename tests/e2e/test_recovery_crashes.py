@@ -56,17 +56,33 @@ def test_two_crashes_inside_recovery_then_exactly_once(
     target, spec = case
     args = ["-m", "tests.chaos.query", spec.dumps(), str(tmp_path / "chk")]
     args += [str(BATCHES), str(PARTITIONS), str(ROWS), "1"]
-    for point in SEQUENCES[sequence]:
-        crashed = run_process(args, faults=f"{point}:kill@batch=1", timeout=180)
+    _crash_in_recovery_then_finish(
+        args, target, spec, points=SEQUENCES[sequence], expected=EXPECTED, timeout=180
+    )
+
+
+def _crash_in_recovery_then_finish(
+    args: list[str],
+    target: Target,
+    spec: SinkSpec,
+    *,
+    points: list[str],
+    expected: set[int],
+    timeout: float,
+) -> None:
+    """Run the query once per point, SIGKILLed there each time (at batch 1), then once to
+    the end: nothing is ever visible twice, and at the end every id is there once with
+    nothing left prepared or staged."""
+    for point in points:
+        crashed = run_process(args, faults=f"{point}:kill@batch=1", timeout=timeout)
         assert crashed.returncode == -signal.SIGKILL, (point, crashed.stderr[-2000:])
         seen = target.committed(spec)
         assert max(seen.values(), default=1) == 1, f"duplicates after the crash at {point}"
-    finished = run_process(args, timeout=180)
+    finished = run_process(args, timeout=timeout)
     assert finished.returncode == 0, finished.stderr[-3000:]
-
     seen = target.committed(spec)
     assert sorted(i for i, n in seen.items() if n > 1) == []
-    assert set(seen) == EXPECTED
+    assert set(seen) == expected
     assert target.leftovers(spec) == []
 
 
@@ -106,16 +122,8 @@ def test_two_crashes_inside_recovery_on_spark(
         args = ["-m", "tests.chaos.spark_query", "--spec", spec.dumps()]
         args += ["--checkpoint", str(tmp_path / "chk"), "--input", str(source)]
         args += ["--partitions", "3"]
-        for point in SEQUENCES[sequence]:
-            crashed = run_process(args, faults=f"{point}:kill@batch=1", timeout=300)
-            assert crashed.returncode == -signal.SIGKILL, (point, crashed.stderr[-2000:])
-            seen = target.committed(spec)
-            assert max(seen.values(), default=1) == 1, f"duplicates after the crash at {point}"
-        finished = run_process(args, timeout=300)
-        assert finished.returncode == 0, finished.stderr[-3000:]
-        seen = target.committed(spec)
-        assert sorted(i for i, n in seen.items() if n > 1) == []
-        assert set(seen) == expected
-        assert target.leftovers(spec) == []
+        _crash_in_recovery_then_finish(
+            args, target, spec, points=SEQUENCES[sequence], expected=expected, timeout=300
+        )
     finally:
         target.cleanup(spec)
