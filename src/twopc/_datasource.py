@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._boundary import leaving_sink, leaving_twopc
-from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of
+from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of, why_no_query_id
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
@@ -224,11 +224,7 @@ class TwopcDataSource(DataSource):
         setup = _Setup.from_options(self.options, streaming=True)
         with leaving_twopc(setup.sink_id):
             if setup.query_id is None:
-                raise ConfigurationError(
-                    'format("twopc") needs the query\'s checkpoint: set '
-                    '.option("checkpointLocation", ...) on the writeStream (the query id is '
-                    "read from its metadata file)"
-                )
+                raise ConfigurationError(_no_query_id(setup.checkpoint))
             if not _planned_for_commit():
                 setup = _plan_batch(setup)
             if setup.progress is not None:  # refused before any task writes
@@ -355,6 +351,23 @@ def _only_progress_kind() -> str:
     raise ConfigurationError(
         f"several progress reporters are installed ({', '.join(kinds)}): choose one with "
         '.option("progress_kind", ...)'
+    )
+
+
+def _no_query_id(checkpoint: str | None) -> str:
+    """Why a streaming writer has no query id: no ``checkpointLocation`` option, or one
+    whose metadata file twopc cannot read (which, and why)."""
+    if checkpoint is None:
+        return (
+            'format("twopc") needs the query\'s checkpoint: set .option("checkpointLocation", '
+            "...) on the writeStream (the query id is read from its metadata file)"
+        )
+    return (
+        f'format("twopc") cannot read the query id from the checkpointLocation {checkpoint!r} '
+        f"that is set: {why_no_query_id(checkpoint)}. twopc reads the checkpoint through "
+        "fsspec on the driver's host, without Spark's Hadoop settings: the location must be "
+        "a path or URL fsspec reads there (a local or mounted path, or s3://, gs://, abfs:// "
+        "with the fsspec package and credentials of that store)"
     )
 
 
