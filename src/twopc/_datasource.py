@@ -45,7 +45,7 @@ from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskOutcome, TaskReport
-from twopc._sink_options import json_object, typed_options
+from twopc._sink_options import PROGRESS_PREFIX, json_object, sink_from_options
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
@@ -59,9 +59,6 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_PROGRESS_PREFIX = "progress_"
-_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
-_SPARK_OPTIONS = ("checkpointlocation",)
 
 
 @dataclass(frozen=True)
@@ -115,15 +112,7 @@ class _Setup:
         streaming: bool,
     ) -> _Setup:
         checkpoint = lowered.get("checkpointlocation") or None
-        sink_options = {
-            key: value
-            for key, value in options.items()
-            if key.lower() not in _OWN_OPTIONS
-            and key.lower() not in _SPARK_OPTIONS
-            and not key.lower().startswith(_PROGRESS_PREFIX)
-        }
-        factory = registry().spec(backend).load()
-        sink = registry().create_sink(backend, **typed_options(backend, factory, sink_options))
+        sink = sink_from_options(backend, options)
         check_roles(sink)
         log_options = _json_object(lowered.get("commit_log_options"), "commit_log_options")
         url, log_options = resolve_commit_log(
@@ -322,9 +311,9 @@ def _progress_reporter(
     other ``progress_<key>`` as the reporter's ``<key>`` (for a Kafka consumer group:
     ``progress_group`` and ``progress_bootstrap_servers``). ``None`` without any."""
     given = {
-        key[len(_PROGRESS_PREFIX) :]: value
+        key[len(PROGRESS_PREFIX) :]: value
         for key, value in options.items()
-        if key.startswith(_PROGRESS_PREFIX)
+        if key.startswith(PROGRESS_PREFIX)
     }
     if not given:
         return None

@@ -368,7 +368,7 @@ def received(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return sink
 
     fake = _Registry(driver=driver, in_task=in_task)
-    monkeypatch.setattr("twopc._datasource.registry", lambda: fake)
+    monkeypatch.setattr("twopc._sink_options.registry", lambda: fake)
     return calls
 
 
