@@ -116,9 +116,10 @@ def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> No
 )
 def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path: Path) -> None:
     """The whole driver (its Python process, JVM and workers) dies once the write is
-    decided, before anything is committed: a reader sees none of it, and nothing is lost
-    either; running the same ``write_id`` again commits the decided work, every row once,
-    and leaves nothing prepared or staged."""
+    decided, before the driver commits: a reader sees all of it or none of it (a sink that
+    commits on the driver shows nothing yet; Kafka ``atomic`` committed its one transaction
+    in its task). Running the same ``write_id`` again commits the decided work, every row
+    once, and leaves nothing prepared or staged."""
     entry, target, spec = target
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
@@ -126,7 +127,8 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
         entry, spec, source, tmp_path / "log", write_id=KEY, faults="after_decision:sleep=300"
     )
     kill_when_decided(stalled, [tmp_path], 0)
-    assert target.committed(spec) == Counter()
+    seen = target.committed(spec)
+    assert seen in (Counter(), Counter(expected)), f"part of the write is visible: {seen}"
     rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
