@@ -18,7 +18,7 @@ from typing import Any
 
 from twopc.storage import filesystem_for, join
 
-__all__ = ["input_fingerprint", "planned_batch", "query_id_of"]
+__all__ = ["input_fingerprint", "planned_batch", "query_id_of", "why_no_query_id"]
 
 _log = logging.getLogger("twopc")
 
@@ -68,15 +68,42 @@ def query_id_of(checkpoint_root: str, storage_options: dict[str, Any] | None = N
     """The query id Spark keeps in ``<checkpoint>/metadata`` (a JSON line ``{"id": ...}``,
     written when the query first starts and kept across restarts): the identity of a
     query where Spark does not tell it (Spark Connect, the data source writer). ``None``
-    when the file is missing or unreadable."""
+    when the file is missing or unreadable (:func:`why_no_query_id` says which)."""
     try:
-        fs, root = filesystem_for(checkpoint_root, storage_options)
-        text = fs.cat_file(join(root, "metadata")).decode()
-        value = json.loads(text.strip().splitlines()[0]).get("id")
+        return _read_query_id(checkpoint_root, storage_options)
     except Exception:
         _log.debug("no query id in %s/metadata", checkpoint_root, exc_info=True)
         return None
-    return str(value) if value else None
+
+
+def why_no_query_id(checkpoint_root: str, storage_options: dict[str, Any] | None = None) -> str:
+    """Why :func:`query_id_of` finds no query id in the checkpoint (the file is missing,
+    cannot be read, or holds no id), for an error message; ``""`` when it finds one."""
+    try:
+        _read_query_id(checkpoint_root, storage_options)
+    except FileNotFoundError:
+        return f"{checkpoint_root}/metadata does not exist"
+    except _NoId as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"{checkpoint_root}/metadata cannot be read: {type(exc).__name__}: {exc}"
+    return ""
+
+
+class _NoId(ValueError):
+    """The metadata file was read and holds no query id."""
+
+
+def _read_query_id(checkpoint_root: str, storage_options: dict[str, Any] | None) -> str:
+    fs, root = filesystem_for(checkpoint_root, storage_options)
+    text = fs.cat_file(join(root, "metadata")).decode()
+    try:
+        value = json.loads(text.strip().splitlines()[0]).get("id")
+    except (ValueError, IndexError, AttributeError) as exc:
+        raise _NoId(f"{checkpoint_root}/metadata is not Spark's metadata file ({exc})") from exc
+    if not value:
+        raise _NoId(f"{checkpoint_root}/metadata holds no query id")
+    return str(value)
 
 
 def _file_source_entries(fs: Any, root: str, batch_id: int) -> list[str]:

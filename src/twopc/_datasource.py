@@ -39,13 +39,13 @@ from pyspark.sql.datasource import (
 
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._boundary import leaving_sink, leaving_twopc
-from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of
+from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of, why_no_query_id
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath, check_roles
 from twopc._phase1 import Phase1Task
 from twopc._reports import TaskOutcome, TaskReport
-from twopc._sink_options import json_object, typed_options
+from twopc._sink_options import PROGRESS_PREFIX, json_object, sink_from_options
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
@@ -59,9 +59,6 @@ _log = logging.getLogger("twopc")
 
 FORMAT_NAME = "twopc"
 _BATCH_ID_KEY = "streaming.sql.batchId"
-_PROGRESS_PREFIX = "progress_"
-_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
-_SPARK_OPTIONS = ("checkpointlocation",)
 
 
 @dataclass(frozen=True)
@@ -115,15 +112,7 @@ class _Setup:
         streaming: bool,
     ) -> _Setup:
         checkpoint = lowered.get("checkpointlocation") or None
-        sink_options = {
-            key: value
-            for key, value in options.items()
-            if key.lower() not in _OWN_OPTIONS
-            and key.lower() not in _SPARK_OPTIONS
-            and not key.lower().startswith(_PROGRESS_PREFIX)
-        }
-        factory = registry().spec(backend).load()
-        sink = registry().create_sink(backend, **typed_options(backend, factory, sink_options))
+        sink = sink_from_options(backend, options)
         check_roles(sink)
         log_options = _json_object(lowered.get("commit_log_options"), "commit_log_options")
         url, log_options = resolve_commit_log(
@@ -224,11 +213,7 @@ class TwopcDataSource(DataSource):
         setup = _Setup.from_options(self.options, streaming=True)
         with leaving_twopc(setup.sink_id):
             if setup.query_id is None:
-                raise ConfigurationError(
-                    'format("twopc") needs the query\'s checkpoint: set '
-                    '.option("checkpointLocation", ...) on the writeStream (the query id is '
-                    "read from its metadata file)"
-                )
+                raise ConfigurationError(_no_query_id(setup.checkpoint))
             if not _planned_for_commit():
                 setup = _plan_batch(setup)
             if setup.progress is not None:  # refused before any task writes
@@ -326,9 +311,9 @@ def _progress_reporter(
     other ``progress_<key>`` as the reporter's ``<key>`` (for a Kafka consumer group:
     ``progress_group`` and ``progress_bootstrap_servers``). ``None`` without any."""
     given = {
-        key[len(_PROGRESS_PREFIX) :]: value
+        key[len(PROGRESS_PREFIX) :]: value
         for key, value in options.items()
-        if key.startswith(_PROGRESS_PREFIX)
+        if key.startswith(PROGRESS_PREFIX)
     }
     if not given:
         return None
@@ -355,6 +340,23 @@ def _only_progress_kind() -> str:
     raise ConfigurationError(
         f"several progress reporters are installed ({', '.join(kinds)}): choose one with "
         '.option("progress_kind", ...)'
+    )
+
+
+def _no_query_id(checkpoint: str | None) -> str:
+    """Why a streaming writer has no query id: no ``checkpointLocation`` option, or one
+    whose metadata file twopc cannot read (which, and why)."""
+    if checkpoint is None:
+        return (
+            'format("twopc") needs the query\'s checkpoint: set .option("checkpointLocation", '
+            "...) on the writeStream (the query id is read from its metadata file)"
+        )
+    return (
+        f'format("twopc") cannot read the query id from the checkpointLocation {checkpoint!r} '
+        f"that is set: {why_no_query_id(checkpoint)}. twopc reads the checkpoint through "
+        "fsspec on the driver's host, without Spark's Hadoop settings: the location must be "
+        "a path or URL fsspec reads there (a local or mounted path, or s3://, gs://, abfs:// "
+        "with the fsspec package and credentials of that store)"
     )
 
 

@@ -17,8 +17,25 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twopc.errors import ConfigurationError
+from twopc.plugins import registry
+from twopc.protocol import Sink
 
-__all__ = ["json_object", "typed_options"]
+__all__ = [
+    "FORMAT_OWN_OPTIONS",
+    "FORMAT_SPARK_OPTIONS",
+    "PROGRESS_PREFIX",
+    "backend_options",
+    "json_object",
+    "sink_from_options",
+    "typed_options",
+]
+
+FORMAT_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
+"""``format("twopc")``'s own options (lower case): never passed to the backend."""
+FORMAT_SPARK_OPTIONS = ("checkpointlocation",)
+"""Spark's options a ``format("twopc")`` writer sees among its own (lower case)."""
+PROGRESS_PREFIX = "progress_"
+"""``format("twopc")`` options of the progress reporter start with it."""
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -56,6 +73,28 @@ def typed_options(
             f"the {backend} backend needs the option(s) {', '.join(map(repr, missing))}"
         )
     return typed
+
+
+def backend_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``format("twopc")`` options that go to the backend's factory: all but twopc's
+    own, Spark's ``checkpointLocation`` and the ``progress_*`` options."""
+    return {
+        key: value
+        for key, value in options.items()
+        if key.lower() not in FORMAT_OWN_OPTIONS
+        and key.lower() not in FORMAT_SPARK_OPTIONS
+        and not key.lower().startswith(PROGRESS_PREFIX)
+    }
+
+
+def sink_from_options(backend: str, options: Mapping[str, str]) -> Sink[Any]:
+    """The sink ``format("twopc")`` builds from its options: ``backend``'s factory from the
+    plugin registry, called with :func:`backend_options` typed by :func:`typed_options`.
+    The conformance kit builds it the same way to check that a plugin's options describe
+    the sink its ``sink_factory`` makes."""
+    factory = registry().spec(backend).load()
+    typed = typed_options(backend, factory, backend_options(options))
+    return registry().create_sink(backend, **typed)
 
 
 def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:

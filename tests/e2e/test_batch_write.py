@@ -7,7 +7,11 @@ what the target shows."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +107,19 @@ def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> No
     [
         _case("batch", "postgres", "two_phase", extended=True),
         _case("batch", "kafka", "atomic"),
-        _case("batch-format", "files", "parquet"),
+        # CI: df.write.format on PostgreSQL; files is killed mid-write in CI by the
+        # Python-worker case below, and the kit writes it through df.write.format
+        _case("batch-format", "files", "parquet", extended=True),
+        _case("batch-format", "postgres", "two_phase"),
     ],
     indirect=True,
 )
 def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path: Path) -> None:
+    """The whole driver (its Python process, JVM and workers) dies once the write is
+    decided, before the driver commits: a reader sees all of it or none of it (a sink that
+    commits on the driver shows nothing yet; Kafka ``atomic`` committed its one transaction
+    in its task). Running the same ``write_id`` again commits the decided work, every row
+    once, and leaves nothing prepared or staged."""
     entry, target, spec = target
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
@@ -115,6 +127,8 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
         entry, spec, source, tmp_path / "log", write_id=KEY, faults="after_decision:sleep=300"
     )
     kill_when_decided(stalled, [tmp_path], 0)
+    seen = target.committed(spec)
+    assert seen in (Counter(), Counter(expected)), f"part of the write is visible: {seen}"
     rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
@@ -173,50 +187,88 @@ def test_a_python_worker_killed_mid_write_is_retried(target: Any, tmp_path: Path
     assert_exactly_once(target, spec, expected)
 
 
-@pytest.mark.extended
-def test_an_executor_jvm_killed_mid_write(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """``local-cluster``: two executor JVMs. Partition 1 stalls in phase 1 (after its rows
-    are staged); both executors are SIGKILLed; Spark starts new ones and runs the stages
-    again (the shuffle's output is gone, and a re-attempted stage counts its task attempts
-    from 0 again, so the stall, 30 s, comes once more). The killed attempts' staged files
-    are removed, the new ones committed once."""
-    import subprocess
+_STALL_POINT = {"files": "after_invoke", "postgres": "after_pre_commit"}
+"""Where partition 1 stalls: files, with its rows staged; PostgreSQL, with its transaction
+prepared (a prepared transaction outlives the connection of the killed executor)."""
 
+
+def _partition_1_stalled(target: Any, spec: Any) -> bool:
+    """Whether partition 1's first attempt reached its stall, as the target shows it."""
+    if spec.backend == "files":
+        staging = Path(spec.address) / "_twopc_staging"
+        return any(staging.rglob("00001-*"))
+    return len(target.prepared(spec.sink_id)) >= 2  # partition 0 prepared and went on
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize(
+    "target",
+    [
+        _case("batch", "files", "parquet"),
+        _case("batch", "postgres", "two_phase"),
+        _case("batch-format", "files", "parquet"),
+        _case("batch-format", "postgres", "two_phase"),
+    ],
+    indirect=True,
+)
+def test_an_executor_jvm_killed_mid_write(target: Any, tmp_path: Path) -> None:
+    """``local-cluster``: two executor JVMs. Partition 1 stalls in phase 1 once its work
+    is staged or prepared; both executors are SIGKILLed; Spark starts new ones and runs
+    the stages again (the shuffle's output is gone, and a re-attempted stage counts its
+    task attempts from 0 again, so the stall, 30 s, comes once more). What the killed
+    attempts staged or prepared is removed, the new attempts' work committed once.
+
+    One exception, a documented limit of ``format("twopc")`` (docs/entry-points.md,
+    "Speculative copies are assumed"): its tasks cannot tell a killed attempt's prepared
+    PostgreSQL transaction from a speculative copy's that the driver may commit, so every
+    retry of partition 1 gives way to it and the write fails. It must fail clean (nothing
+    visible; Spark's ``abort`` rolls the killed attempt's work back), and the same
+    ``write_id`` run again writes every row once."""
     from tests.chaos import procs
     from tests.e2e.entry_runs import _env
 
-    target, spec = new_target(request, "files", "parquet", tmp_path, prefix="bw")
+    entry, target, spec = target
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
     args = command(
-        "batch",
+        entry,
         spec,
         source,
         tmp_path / "log",
         write_id=KEY,
         master="local-cluster[2,1,1024]",
-        faults="after_invoke:sleep=30@partition=1,attempt=0",
+        faults=f"{_STALL_POINT[spec.backend]}:sleep=30@partition=1,attempt=0",
     )
     log = tmp_path / "query.log"
     with log.open("w") as out:
-        query = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=_env())
+        query = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+        )
     try:
-        staging = Path(spec.address) / "_twopc_staging"
         deadline = time.monotonic() + 240
-        while not any(p.name.startswith("00001-") for p in staging.rglob("00001-*")):
+        while not _partition_1_stalled(target, spec):
             assert query.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "partition 1 never staged its rows"
+            assert time.monotonic() < deadline, "partition 1 never reached its stall"
             time.sleep(0.2)
         executors = procs.executor_jvms(query.pid)
         assert executors, "no executor JVM found"
         for pid in executors:
             procs.sigkill(pid)
-        assert query.wait(timeout=400) == 0, log.read_text()[-3000:]
+        returncode = query.wait(timeout=400)
     finally:
-        if query.poll() is None:
-            query.kill()
+        if query.poll() is None:  # the driver and everything it started
+            os.killpg(query.pid, signal.SIGKILL)
+            query.wait()
+    output = log.read_text()
+    if (entry, spec.backend) != ("batch-format", "postgres"):
+        assert returncode == 0, output[-3000:]
+    else:
+        assert returncode != 0, output[-3000:]
+        assert "left prepared work that the driver may be about to commit" in output
+        assert_exactly_once(target, spec, set())  # nothing visible, nothing left prepared
+        again = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
+        assert again.returncode == 0, again.stderr[-3000:]
     assert_exactly_once(target, spec, expected)
-    target.cleanup(spec)
 
 
 @pytest.mark.extended

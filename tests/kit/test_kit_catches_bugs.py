@@ -260,3 +260,96 @@ def test_summary_reports_skips_and_known_failures(kit_session: pytest.Pytester) 
         "skipped  bad records fail clearly and leave nothing (bad_batch() not provided"
     ) in output, output
     assert "commit is idempotent" not in output, output
+
+
+# -- format("twopc") options: required, or opted out of; and the same sink as sink_factory --
+
+_FORMAT_OPTIONS = """
+
+class TestWithFormatOptions(TestUnderTest):
+    def format_options(self, target):
+        return {options}
+"""
+
+_FORMAT_OPT_OUT = """
+
+class TestOptedOut(TestUnderTest):
+    format_opt_out = "the sink takes a connection object"
+"""
+
+_FORMAT_OPTIONS_WORDS = GUARANTEES["format-options"]
+
+
+def _run_format_options_check(
+    pytester: pytest.Pytester, factory: str, extra: str
+) -> tuple[pytest.RunResult, str]:
+    """The kit's format-options check (no Spark) of the files suite plus ``extra``."""
+    pytester.makepyfile(test_under_test=_SUITE.format(factory=factory) + extra)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "format_options_build")
+    return result, result.stdout.str()
+
+
+def test_a_suite_without_format_options_fails_and_says_what_to_do(
+    kit_session: pytest.Pytester,
+) -> None:
+    """A class that composes the format checks but gives no ``format_options`` fails
+    them, and the message names both ways out."""
+    result, output = _run_format_options_check(kit_session, "tests.kit.factories:files_sink", "")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    assert f"[{_FORMAT_OPTIONS_WORDS}]" in output, output
+    assert "does not implement format_options(target)" in output, output
+    assert "format_opt_out" in output, output
+    assert f"FAILED   {_FORMAT_OPTIONS_WORDS}" in output, output
+
+
+def test_a_suite_may_opt_out_of_the_format_checks_with_a_reason(
+    kit_session: pytest.Pytester,
+) -> None:
+    """``format_opt_out`` skips the format checks, and the summary gives its reason."""
+    result, output = _run_format_options_check(
+        kit_session, "tests.kit.factories:files_sink", _FORMAT_OPT_OUT
+    )
+    assert result.parseoutcomes().get("failed", 0) == 1, output  # TestUnderTest's own
+    assert (
+        f"skipped  {_FORMAT_OPTIONS_WORDS} (format_opt_out: the sink takes a connection object)"
+    ) in output, output
+
+
+@pytest.mark.parametrize(
+    ("factory", "options", "evidence"),
+    [
+        (  # the plugin's factory makes a subclass; the options build the registered class
+            "tests.kit.broken_sinks:commit_copies_again",
+            '{"sink": "files", "path": target, "format": "parquet"}',
+            "but sink_factory builds tests.kit.broken_sinks.CommitCopiesAgainSink",
+        ),
+        (  # the options name another target
+            "tests.kit.factories:files_sink",
+            '{"sink": "files", "path": target + "-elsewhere", "format": "parquet"}',
+            "-elsewhere'",
+        ),
+    ],
+    ids=["another-class", "another-target"],
+)
+def test_format_options_that_build_another_sink_fail(
+    kit_session: pytest.Pytester, factory: str, options: str, evidence: str
+) -> None:
+    result, output = _run_format_options_check(
+        kit_session, factory, _FORMAT_OPTIONS.format(options=options)
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 2, output  # TestUnderTest (no options), the subclass
+    assert "the format checks would test another sink" in output, output
+    assert evidence in output, output
+
+
+def test_format_options_that_build_the_same_sink_pass(kit_session: pytest.Pytester) -> None:
+    """The control: the files backend's options pass the same check."""
+    options = '{"sink": "files", "path": target, "format": "parquet"}'
+    result, output = _run_format_options_check(
+        kit_session, "tests.kit.factories:files_sink", _FORMAT_OPTIONS.format(options=options)
+    )
+    assert result.parseoutcomes().get("passed", 0) == 1, output
+    assert "twopc conformance: TestWithFormatOptions" in output, output
+    summary = output.split("twopc conformance: TestWithFormatOptions")[1]
+    assert f"passed   {_FORMAT_OPTIONS_WORDS}" in summary.split("twopc conformance")[0], output

@@ -20,7 +20,7 @@ import pytest
 from twopc import ConfigurationError
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._checkpoint import query_id_of
-from twopc._datasource import _Setup
+from twopc._datasource import TwopcDataSource, _Setup
 from twopc.errors import BackendNotFoundError
 from twopc.storage import join
 from twopc.testing._memory import MemoryDriverSink, MemoryTaskSink
@@ -179,6 +179,42 @@ def test_streaming_checkpoint_without_metadata(tmp_path: Path) -> None:
     assert setup.query_id is None
 
 
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [
+        (None, "metadata does not exist"),
+        ('{"name": null}\n', "metadata holds no query id"),
+        ("v1 not json\n", "metadata is not Spark's metadata file"),
+        ("a directory", "metadata cannot be read: IsADirectoryError"),
+    ],
+    ids=["missing", "no-id", "not-json", "unreadable"],
+)
+def test_a_streaming_writer_says_why_the_set_checkpoint_gives_no_query_id(
+    tmp_path: Path, metadata: str | None, why: str
+) -> None:
+    """``checkpointLocation`` is set but its metadata gives no query id: the error says so,
+    and why, instead of asking for an option that is there."""
+    checkpoint = _checkpoint(tmp_path, query_id=None)
+    if metadata == "a directory":
+        (Path(checkpoint) / "metadata").mkdir()
+    elif metadata is not None:
+        (Path(checkpoint) / "metadata").write_text(metadata)
+    source = TwopcDataSource(_files(tmp_path, checkpointLocation=checkpoint))
+    with pytest.raises(ConfigurationError) as refused:
+        source.streamWriter(None, False)
+    message = str(refused.value)
+    assert f"cannot read the query id from the checkpointLocation {checkpoint!r}" in message
+    assert why in message
+    assert "set .option(" not in message
+    assert refused.value.sink_id == "orders"
+
+
+def test_a_streaming_writer_without_a_checkpoint_asks_for_the_option(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        TwopcDataSource(_files(tmp_path)).streamWriter(None, False)
+    assert 'set .option("checkpointLocation", ...) on the writeStream' in str(refused.value)
+
+
 def test_streaming_ignores_write_id(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), write_id="5"), streaming=True
@@ -332,7 +368,7 @@ def received(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return sink
 
     fake = _Registry(driver=driver, in_task=in_task)
-    monkeypatch.setattr("twopc._datasource.registry", lambda: fake)
+    monkeypatch.setattr("twopc._sink_options.registry", lambda: fake)
     return calls
 
 

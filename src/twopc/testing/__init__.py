@@ -19,7 +19,8 @@ does not have. The checks also come as one class per part of the contract, to co
 :class:`TaskSideChecks` (every sink), :class:`DriverCommitChecks`
 (:class:`~twopc.CommitsOnDriver`), :class:`TaskCommitChecks` (:class:`~twopc.CommitsInTask`),
 :class:`SparkChecks` (real ``foreachBatch`` queries), :class:`EntryPointChecks` (batch
-writes and ``format("twopc")`` queries; provide ``format_options(target)``) and
+writes and ``format("twopc")`` queries; provide ``format_options(target)``, or set
+``format_opt_out`` to the reason the sink cannot be given as options) and
 :class:`CrashChecks` (SIGKILL at every crash point, then a restart). Each test gets a fresh
 target from the ``target`` fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
 

@@ -8,7 +8,7 @@ import multiprocessing
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -52,6 +52,7 @@ GUARANTEES = {
     "spark-task-retry": "Spark task failure and retry",
     "crash-exactly-once": "SIGKILL at every crash point, restart: exactly-once",
     "batch-write": "a batch write is all or nothing, once per write_id",
+    "format-options": 'format("twopc") options build the sink of sink_factory',
     "format-batch": 'df.write.format("twopc") writes once per write_id',
     "format-stream": 'writeStream.format("twopc") is exactly-once, replays included',
 }
@@ -78,7 +79,7 @@ def guarantee(key: str) -> Callable[[F], F]:
     return tag
 
 
-def fail(key: str, message: str) -> None:
+def fail(key: str, message: str) -> NoReturn:
     pytest.fail(f"[{GUARANTEES[key]}] {message}", pytrace=False)
 
 
