@@ -81,6 +81,9 @@ class _Setup:
     batch_id: int | None  # batch writes only
     faults: FaultPlan | None
     progress: ProgressReporter | None = None
+    concurrent_attempts: bool = True
+    """Whether copies of a task may run side by side (``speculation``, default true: the
+    writer cannot see Spark's settings)."""
     replayed_batch: int | None = None
     """A streaming batch found decided where it was planned: its tasks write nothing."""
     run_token: int = field(default_factory=lambda: int(time.time()) & 0xFFFF)
@@ -145,7 +148,19 @@ class _Setup:
         faults = lowered.get("faults")
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
         progress = _progress_reporter(lowered, sink_id, streaming=streaming)
-        return cls(sink, sink_id, url, log_options, checkpoint, query_id, batch_id, plan, progress)
+        speculation = _speculation(lowered.get("speculation"))
+        return cls(
+            sink,
+            sink_id,
+            url,
+            log_options,
+            checkpoint,
+            query_id,
+            batch_id,
+            plan,
+            progress,
+            concurrent_attempts=speculation,
+        )
 
     def coordinator(self) -> Coordinator:
         return Coordinator(
@@ -175,8 +190,7 @@ class _Setup:
             batch_id,
             CommitPath.of(self.sink),
             faults=self.faults,
-            # the writer cannot see Spark's settings: assume speculative copies may run
-            concurrent_attempts=True,
+            concurrent_attempts=self.concurrent_attempts,
         )
         report = task.run(
             context.partitionId() if context else 0,
@@ -358,6 +372,21 @@ def _no_query_id(checkpoint: str | None) -> str:
         "a path or URL fsspec reads there (a local or mounted path, or s3://, gs://, abfs:// "
         "with the fsspec package and credentials of that store)"
     )
+
+
+def _speculation(value: str | None) -> bool:
+    """The ``speculation`` option: whether Spark may run speculative copies of the write's
+    tasks (``spark.speculation``). The writer cannot read Spark's settings, so it assumes
+    so unless told ``false``."""
+    if value is None:
+        return True
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigurationError(
+            f"option 'speculation' must be 'true' or 'false' (spark.speculation of the query), "
+            f"not {value!r}"
+        )
+    return lowered == "true"
 
 
 def _planned_for_commit() -> bool:

@@ -30,7 +30,15 @@ __all__ = [
     "typed_options",
 ]
 
-FORMAT_OWN_OPTIONS = ("sink", "sink_id", "commit_log", "commit_log_options", "write_id", "faults")
+FORMAT_OWN_OPTIONS = (
+    "sink",
+    "sink_id",
+    "commit_log",
+    "commit_log_options",
+    "write_id",
+    "faults",
+    "speculation",
+)
 """``format("twopc")``'s own options (lower case): never passed to the backend."""
 FORMAT_SPARK_OPTIONS = ("checkpointlocation",)
 """Spark's options a ``format("twopc")`` writer sees among its own (lower case)."""

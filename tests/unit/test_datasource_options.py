@@ -552,3 +552,26 @@ def test_progress_group_options_build_a_consumer_group_for_streaming_only(tmp_pa
     del options["progress_bootstrap_servers"]
     with pytest.raises(ConfigurationError, match="progress_bootstrap_servers"):
         _Setup.from_options(options, streaming=True)
+
+
+# -- speculation --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, True), ("true", True), ("false", False), (" FALSE ", False)]
+)
+def test_speculation_is_assumed_unless_the_query_says_it_is_off(
+    tmp_path: Path, value: str | None, expected: bool
+) -> None:
+    """The writer cannot read spark.speculation: its tasks treat other attempts as possibly
+    running beside them unless ``speculation`` is ``false``; the option is twopc's own,
+    never passed to the sink."""
+    extra = {} if value is None else {"speculation": value}
+    setup = _Setup.from_options(_files(tmp_path, write_id="1", **extra), streaming=False)
+    assert setup.concurrent_attempts is expected
+    assert isinstance(setup.sink, FilesSink)
+
+
+def test_speculation_must_be_true_or_false(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="'true' or 'false'"):
+        _Setup.from_options(_files(tmp_path, write_id="1", speculation="maybe"), streaming=False)
