@@ -55,6 +55,17 @@ def _duckdb(pattern: str, *, hive: bool = False, **fs: Any) -> Counter[int]:
     return Counter(r[0] for r in rows)
 
 
+def _duckdb_outside_hidden_directories(pattern: str, *, hive: bool) -> Counter[int]:
+    """``read_parquet`` with a recursive glob, filtered by path as docs/backends/files.md
+    advises: no ``_``-prefixed directory on the way."""
+    rows = duckdb.connect().execute(
+        "SELECT id FROM read_parquet(?, hive_partitioning = ?, filename = true)"
+        " WHERE filename NOT LIKE '%/\\_%' ESCAPE '\\'",
+        [pattern, hive],
+    )
+    return Counter(r[0] for r in rows.fetchall())
+
+
 def _pyarrow(out: Path) -> Counter[int]:
     table = ds.dataset(out, format="parquet", partitioning="hive").to_table(columns=["id"])
     return Counter(table["id"].to_pylist())
@@ -78,6 +89,8 @@ def test_duckdb_glob_reads_staged_files_under_move(
     staged = _duckdb(recursive, hive=hive)
     assert set(staged) == EVERYTHING
     assert {i for i, n in staged.items() if n == 2} == set(range(1010, 1020))
+    assert _duckdb(str(out)) == staged  # a directory: the same recursive listing
+    assert _duckdb_outside_hidden_directories(recursive, hive=hive) == Counter(BATCH_0)
     # a glob as deep as the committed files, and pyarrow (it skips "_" directories), read
     # only batch 0
     assert _duckdb(as_deep_as_the_layout, hive=hive) == Counter(BATCH_0)
