@@ -5,17 +5,22 @@ multipart uploads phase 1 left open are completed).
 Each run writes one micro-batch of ``--sizes`` megabytes (random float64 values, so Parquet
 cannot shrink them; one task, one file rolled at 256 MiB) through the coordinator with the
 local engine, and reports phase 1's seconds and the commit's seconds (``commit_seconds`` of
-the batch's metrics: decision to done). The store is the one ``scripts/services env``
-prints (S3Proxy unless ``S3_ENDPOINT_URL`` says otherwise)::
+the batch's metrics: decision to done). ``--store`` picks the store by the script that
+runs it, whose ``env`` command prints its ``S3_*`` settings: ``services`` (S3Proxy, the
+test suite's) or ``seaweedfs`` (``scripts/seaweedfs``, built from source, not in CI).
+``S3_ENDPOINT_URL``, ``S3_BUCKET``, ``S3_ACCESS_KEY_ID`` and ``S3_SECRET_ACCESS_KEY`` in the
+environment name any other S3 API instead::
 
     scripts/services start s3
     .venv/bin/python -m benchmarks.object_store_commit --sizes 10,1000 --reps 3
+    scripts/seaweedfs start
+    .venv/bin/python -m benchmarks.object_store_commit --store seaweedfs
 
-It writes ``results/object_store_commit.json`` (``--output``). What a store does when an
-upload completes is its own business: AWS S3 stitches the parts by reference, while
-S3Proxy's filesystem backend concatenates the part files into the object, so on S3Proxy the
-complete path still reads and writes the bytes once (the move path: twice, copy and
-delete).
+It writes ``results/object_store_commit.json`` (``results/object_store_commit_<store>.json``
+for another store; ``--output``). What a store does when an upload completes is its own
+business: AWS S3 and SeaweedFS record the parts as the object's pieces, while S3Proxy's
+filesystem backend concatenates the part files into the object, so on S3Proxy the complete
+path still reads and writes the bytes once (the move path: twice, copy and delete).
 """
 
 from __future__ import annotations
@@ -40,14 +45,19 @@ from twopc._coordinator import Coordinator
 from twopc.local import LocalEngine
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
 ROWS_PER_MB = 1024 * 1024 // 8
 
 
-def _store() -> dict[str, str]:
+STORES = {"services": "services", "seaweedfs": "seaweedfs"}
+"""--store -> the script in scripts/ whose ``env`` prints the store's ``S3_*`` settings."""
+
+
+def _store(name: str) -> dict[str, str]:
     if os.environ.get("S3_ENDPOINT_URL"):
         return {k: v for k, v in os.environ.items() if k.startswith("S3_")}
     done = subprocess.run(
-        [str(REPO / "scripts" / "services"), "env"], capture_output=True, text=True, check=True
+        [str(REPO / "scripts" / STORES[name]), "env"], capture_output=True, text=True, check=True
     )
     pairs = (line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     return {k: v for k, v in pairs if k.startswith("S3_")}
@@ -95,10 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,1000", help="megabytes per batch, comma-separated")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
-        "--output", default=str(REPO / "benchmarks" / "results" / "object_store_commit.json")
+        "--store",
+        choices=sorted(STORES),
+        default="services",
+        help="services: S3Proxy of scripts/services; seaweedfs: scripts/seaweedfs "
+        "(S3_ENDPOINT_URL etc. in the environment override both)",
     )
+    parser.add_argument("--output", help="default: benchmarks/results/object_store_commit*.json")
     args = parser.parse_args(argv)
-    store = _store()
+    store = _store(args.store)
+    suffix = "" if args.store == "services" else f"_{args.store}"
+    output = args.output or str(RESULTS / f"object_store_commit{suffix}.json")
     results = []
     for megabytes in (int(s) for s in args.sizes.split(",")):
         table = _batch(megabytes, seed=megabytes)
@@ -124,11 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     payload = {
-        "store": store.get("S3_ENDPOINT_URL"),
+        "store": args.store if not os.environ.get("S3_ENDPOINT_URL") else "environment",
+        "endpoint": store.get("S3_ENDPOINT_URL"),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }
-    Path(args.output).write_text(json.dumps(payload, indent=1) + "\n")
+    Path(output).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 
 

@@ -639,9 +639,20 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     def _remove_empty_dirs(self, base: str) -> None:
         for depth in ("*/*", "*"):
             for directory in sorted(self.fs.glob(f"{base}/{depth}"), reverse=True):
-                if self.fs.isdir(directory) and not self.fs.ls(directory, detail=False):
+                if self._is_empty_dir(directory):
                     with contextlib.suppress(OSError):
                         self.fs.rmdir(directory)
+
+    def _is_empty_dir(self, directory: str) -> bool:
+        """Whether ``directory`` is an empty directory to remove. One that was listed but
+        cannot be listed itself has nothing to remove: it went meanwhile, or it is one of
+        SeaweedFS's emptied directories, which its S3 listings keep showing as a prefix
+        (measured) while listing under it answers nothing, so s3fs raises
+        ``FileNotFoundError``."""
+        try:
+            return bool(self.fs.isdir(directory)) and not self.fs.ls(directory, detail=False)
+        except FileNotFoundError:
+            return False
 
 
 def _discard(handle: IO[bytes] | MultipartFile) -> None:

@@ -8,10 +8,8 @@ Hadoop's S3A connector (``--extended``: its jars come from Maven Central on firs
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,8 @@ from tests.chaos.sinks import SinkSpec
 from tests.chaos.targets import make_target
 from tests.e2e.backend_cases import add_input
 from tests.e2e.entry_runs import command, run
-from tests.helpers import REPO, read_ids, run_process
+from tests.e2e.spark_s3a_reader import s3a_reader
+from tests.helpers import read_ids, run_process
 from tests.integration.conftest import S3Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -86,65 +85,37 @@ def test_spark_reads_whole_batches_only(spark: Any, tmp_path: Path) -> None:
     assert sorted(p.name for p in (out / "_spark_metadata").iterdir()) == ["0", "1"]
 
 
-def _answer(reader: subprocess.Popen[str], key: str) -> dict[str, Any]:
-    """The reader's next JSON line carrying ``key`` (other output is Spark's)."""
-    assert reader.stdout is not None
-    for line in reader.stdout:
-        if line.startswith("{") and key in (message := json.loads(line)):
-            return dict(message)
-    raise AssertionError(f"the Spark reader ended without {key!r}: exit {reader.wait()}")
-
-
-def _read(reader: subprocess.Popen[str], url: str) -> dict[str, Any]:
-    assert reader.stdin is not None
-    reader.stdin.write(url + "\n")
-    reader.stdin.flush()
-    return _answer(reader, "batch")
-
-
 @pytest.mark.extended
 def test_spark_reads_whole_batches_only_on_s3(s3_store: S3Store, tmp_path: Path) -> None:
     """The same on the S3 API, read by Spark through Hadoop's S3A (``s3a://``, the scheme
     the log writes for ``s3://`` outputs); written by the local engine's query, whose
     driver is SIGKILLed between two completions of batch 1."""
     target = make_target("s3", s3_store.env())
-    spec = target.prepare(f"bl-{tmp_path.name[-10:]}", "parquet", tmp_path, 1)
+    spec = target.prepare(f"bl-{uuid.uuid4().hex[:12]}", "parquet", tmp_path, 1)  # own prefix
     options = {**json.loads(spec.options), "batch_log": True}
     spec = replace(spec, options=json.dumps(options))
     query = ["-m", "tests.chaos.query", spec.dumps(), str(tmp_path / "chk"), "3", "2", "20", "1"]
     everything = {b * 1000 + i for b in range(3) for i in range(40)}
     first_batch = set(range(40))
-    reader = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.e2e.spark_s3a_reader",
-            *("--endpoint", s3_store.endpoint_url, "--key", s3_store.access_key_id),
-            *("--secret", s3_store.secret_access_key, "--checkpoint", str(tmp_path / "rd")),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable},
-        cwd=REPO,
+    reader = s3a_reader(
+        s3_store.endpoint_url,
+        s3_store.access_key_id,
+        s3_store.secret_access_key,
+        tmp_path / "rd",
     )
     try:
-        _answer(reader, "ready")
-        crashed = run_process(query, faults="between_commits:kill@batch=1")
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-        assert set(target.committed(spec)) - first_batch, "the crash missed the commits"
-        url = "s3a://" + spec.address.removeprefix("s3://")
-        before = _read(reader, url)
-        assert before == {"batch": sorted(first_batch), "stream": sorted(first_batch)}
+        with reader as spark:
+            crashed = run_process(query, faults="between_commits:kill@batch=1")
+            assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+            assert set(target.committed(spec)) - first_batch, "the crash missed the commits"
+            url = "s3a://" + spec.address.removeprefix("s3://")
+            before = spark.read(url)
+            assert (before["batch"], before["stream"]) == (sorted(first_batch),) * 2
 
-        assert run_process(query).returncode == 0
-        after = _read(reader, url)
-        assert after == {"batch": sorted(everything), "stream": sorted(everything - first_batch)}
-        assert target.leftovers(spec) == []
+            assert run_process(query).returncode == 0
+            after = spark.read(url)
+            assert after["batch"] == sorted(everything)
+            assert after["stream"] == sorted(everything - first_batch)
+            assert target.leftovers(spec) == []
     finally:
-        if reader.stdin is not None:
-            reader.stdin.close()
-        reader.wait(timeout=120)
-        if reader.stdout is not None:
-            reader.stdout.close()
         target.cleanup(spec)

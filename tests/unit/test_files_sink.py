@@ -426,6 +426,28 @@ def test_inspect_shows_prepared_work_and_a_crashed_attempt_as_unprepared(
     assert pending[0].committable == prepared
 
 
+def test_sweep_passes_over_a_listed_directory_that_cannot_be_listed(
+    memory_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SeaweedFS's S3 API lists an emptied directory as a prefix, and s3fs then raises
+    ``FileNotFoundError`` listing it (measured); a directory removed by another process
+    between the glob and the listing looks the same. The sweep goes on."""
+    sink = memory_target.sink()
+    crashed = attempt_dir(SINK, "q-1", 2, 0, 1)
+    _plant_crashed_attempt(memory_target, crashed)
+    emptied = f"{memory_target.root}/{crashed.rsplit('/', 2)[0]}"
+    listing = memory_target.fs.ls
+
+    def ls(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.rstrip("/") == emptied:
+            raise FileNotFoundError(path)
+        return listing(path, *args, **kwargs)
+
+    monkeypatch.setattr(memory_target.fs, "ls", ls)
+    assert sink.sweep(SINK) == 1
+    assert not any(p.startswith(f"{crashed}/") for p in files_under(memory_target))
+
+
 def test_sweep_on_an_empty_output_removes_nothing(target: Target) -> None:
     assert target.sink().sweep(SINK) == 0
 
