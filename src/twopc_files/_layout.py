@@ -5,7 +5,7 @@ which Spark's file sources and ``pyarrow.dataset`` skip, so readers never see st
 manifests or temporary files::
 
     <root>/_twopc/<sink_id>/<query_id>/<batch>.decision.json   manifest = the decision
-    <root>/_twopc_staging/<sink_id>/<query_id>/<batch>/<partition>-<attempt>/...
+    <root>/_twopc_staging/<sink_id>/<query_id>/<batch>/<partition>-<attempt>/...<name>.inprogress
     <root>/[col=value/...]part-<token>-b<batch>-p<partition>-<seq>.<ext>   committed data
 
 ``token`` is derived from the sink id and the query id, so a new checkpoint (whose batch ids
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 __all__ = [
     "COMMITTABLE_FILE",
     "LOG_DIR",
+    "STAGED_SUFFIX",
     "STAGING_DIR",
     "STARTED_FILE",
     "attempt_dir",
@@ -35,6 +36,9 @@ __all__ = [
 LOG_DIR = "_twopc"
 STAGING_DIR = "_twopc_staging"
 COMMITTABLE_FILE = "_committable.json"
+STAGED_SUFFIX = ".inprogress"
+"""Appended to a staged file's name (``commit_by="move"``), so that a glob on the format's
+extension (DuckDB's ``out/**/*.parquet``) never matches a file that is not committed."""
 STARTED_FILE = "_started"
 """Written when an attempt that writes multipart uploads begins (its files are not staged)."""
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"

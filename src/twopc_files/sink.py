@@ -50,6 +50,7 @@ from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
 from twopc_files._layout import (
     COMMITTABLE_FILE,
     LOG_DIR,
+    STAGED_SUFFIX,
     STAGING_DIR,
     STARTED_FILE,
     attempt_dir,
@@ -347,7 +348,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             staged = ""
             handle = MultipartFile(uploads, self._abs(final))
         else:
-            staged = f"{txn.staging}/{final}"
+            staged = f"{txn.staging}/{final}{STAGED_SUFFIX}"
             path = self._abs(staged)
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115

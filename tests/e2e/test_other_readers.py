@@ -4,10 +4,13 @@
 
 The query (``tests.chaos.query``, the local engine) writes 2 batches of 2 partitions x 10
 rows; the crash freezes batch 1 at a point, a restart finishes it. DuckDB's ``**`` does
-not skip ``_``-prefixed directories, so under ``commit_by="move"`` it reads the staged files
-under ``_twopc_staging/``: rows of a batch not yet committed, and a killed task attempt's
-rows next to its retry's (duplicates). On the S3 API with ``commit_by="complete_upload"``
-there is no staged data object to find: an open multipart upload is not an object.
+not skip ``_``-prefixed directories, so under ``commit_by="move"`` it lists the staged
+files under ``_twopc_staging/``; their names end in ``.inprogress``, so a glob on
+``*.parquet`` (or a directory, read as ``**/*.parquet``) does not match them. A glob
+that matches their names too (``**/*.parquet*``) would read them: rows of a batch not yet
+committed, and a killed task attempt's rows next to its retry's. On the S3 API with
+``commit_by="complete_upload"`` there is no staged data object to find: an open multipart
+upload is not an object.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _pyarrow(out: Path) -> Counter[int]:
 
 
 @pytest.mark.parametrize("partition_by", [(), ("payload",)], ids=["flat", "hive"])
-def test_duckdb_glob_reads_staged_files_under_move(
+def test_duckdb_globs_on_the_extension_skip_staged_files_under_move(
     tmp_path: Path, partition_by: tuple[str, ...]
 ) -> None:
     out = tmp_path / "out"
@@ -84,13 +87,14 @@ def test_duckdb_glob_reads_staged_files_under_move(
     recursive = f"{out}/**/*.parquet"
     as_deep_as_the_layout = f"{out}/*/*.parquet" if hive else f"{out}/*.parquet"
 
-    # DuckDB's ** descends into _twopc_staging: batch 1 is only staged, yet it reads all of
-    # it, and partition 1's rows twice (the killed attempt's file and its retry's)
-    staged = _duckdb(recursive, hive=hive)
+    # DuckDB's ** descends into _twopc_staging, where batch 1 is staged (partition 1 twice:
+    # the killed attempt's file and its retry's), but no staged name ends in .parquet
+    assert _duckdb(recursive, hive=hive) == Counter(BATCH_0)
+    assert _duckdb(str(out), hive=hive) == Counter(BATCH_0)  # a directory: **/*.parquet
+    staged = _duckdb(f"{out}/**/*.parquet*", hive=hive)  # a glob that matches staged names
     assert set(staged) == EVERYTHING
     assert {i for i, n in staged.items() if n == 2} == set(range(1010, 1020))
-    assert _duckdb(str(out)) == staged  # a directory: the same recursive listing
-    assert _duckdb_outside_hidden_directories(recursive, hive=hive) == Counter(BATCH_0)
+    assert _duckdb_outside_hidden_directories(f"{out}/**/*.parquet*", hive=hive) == Counter(BATCH_0)
     # a glob as deep as the committed files, and pyarrow (it skips "_" directories), read
     # only batch 0
     assert _duckdb(as_deep_as_the_layout, hive=hive) == Counter(BATCH_0)
