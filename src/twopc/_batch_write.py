@@ -92,7 +92,8 @@ def write_batch(
 
     Writing the same ``write_id`` again (a retried job) writes nothing; the returned
     metrics say ``skipped``. Keys need no order. Raises :class:`~twopc.BatchFailedError`
-    when the write fails; nothing of it is then visible.
+    when the write fails; nothing of it is then visible. ``storage_options``, ``retry``,
+    ``faults`` and ``on_metrics`` are as for :func:`twopc.foreach_batch`.
 
     Args:
         df: the rows to write.
@@ -102,7 +103,6 @@ def write_batch(
             id): 1-128 letters, digits, ``_ . : + -``, or a non-negative int.
         commit_log: where decisions are recorded; required unless the sink has its own
             default (files: next to the data).
-        storage_options, retry, faults, on_metrics: as for :func:`twopc.foreach_batch`.
     """
     check_batch_sink(sink, sink_id)
     key = validate_write_id(write_id, sink_id)
