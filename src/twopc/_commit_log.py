@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -348,16 +348,22 @@ class CommitLog:
         return Decision.from_bytes(raw)
 
     def decisions_for(
-        self, committables: Iterable[Committable]
+        self,
+        committables: Iterable[Committable],
+        on_read: Callable[[int, int], None] | None = None,
     ) -> dict[tuple[str, int], Decision | None]:
         """The decision of each (query id, batch id) the committables belong to, each read
         once; ``None`` where no decision was recorded. Recovery and ``twopc status`` decide
-        with it whether prepared work commits (the decision names it) or aborts."""
+        with it whether prepared work commits (the decision names it) or aborts.
+        ``on_read(done, total)`` follows the committables, for progress on a terminal."""
         found: dict[tuple[str, int], Decision | None] = {}
-        for committable in committables:
+        items = list(committables)
+        for done, committable in enumerate(items, 1):
             key = (committable.query_id, committable.batch_id)
             if key not in found:
                 found[key] = self.decision(*key)
+            if on_read is not None:
+                on_read(done, len(items))
         return found
 
     def is_done(self, query_id: str, batch_id: int) -> bool:
@@ -443,21 +449,30 @@ class CommitLog:
                         removed += 1
         return removed
 
-    def pending(self, listing: LogListing | None = None) -> list[Decision]:
+    def pending(
+        self,
+        listing: LogListing | None = None,
+        on_read: Callable[[int, int], None] | None = None,
+    ) -> list[Decision]:
         """Decisions whose phase 2 has not been marked done, across every query id (as
-        ``listing`` saw the log, when given)."""
-        found: list[Decision] = []
+        ``listing`` saw the log, when given). ``on_read(done, total)`` follows the reads of
+        those decisions, for progress on a terminal."""
+        undone: list[tuple[str, int]] = []
         for query_id in self._query_ids(listing):
             names = self._names(query_id, listing)
             for name in sorted(names):
                 if not name.endswith(_DECISION_SUFFIX):
                     continue
                 stem = name[: -len(_DECISION_SUFFIX)]
-                if f"{stem}{_DONE_SUFFIX}" in names:
-                    continue
-                decision = self.decision(query_id, int(stem))
-                if decision is not None:
-                    found.append(decision)
+                if f"{stem}{_DONE_SUFFIX}" not in names:
+                    undone.append((query_id, int(stem)))
+        found: list[Decision] = []
+        for done, (query_id, batch_id) in enumerate(undone, 1):
+            decision = self.decision(query_id, batch_id)
+            if decision is not None:
+                found.append(decision)
+            if on_read is not None:
+                on_read(done, len(undone))
         return found
 
     def forget(self, query_id: str, batch_ids: Sequence[int]) -> None:

@@ -29,6 +29,7 @@ from twopc._publishing import Published, Publisher
 from twopc._replay_guard import ReplayGuard
 from twopc._reports import TaskOutcome, TaskReport
 from twopc._retry import RetryPolicy, call_with_retries
+from twopc._steps import QUIET, Steps, counted, counter
 from twopc.errors import (
     BatchFailedError,
     CommitError,
@@ -52,6 +53,10 @@ _log = logging.getLogger("twopc")
 
 _STRAGGLER_WAIT_SECONDS = 60.0
 """How long, at most, to wait for losing task attempts to end before cleaning up after them."""
+
+_ABORT_SLICE = 50
+"""Prepared work aborted per call of ``abort_prepared`` (any number is correct: each
+committable is aborted on its own terms)."""
 
 _WHAT_STAYS = {
     CommitPath.DRIVER: "nothing of the batch was committed",
@@ -119,17 +124,20 @@ class Coordinator:
 
     # -- recovery ------------------------------------------------------------------------
 
-    def recover(self) -> RecoveryStats:
+    def recover(self, steps: Steps = QUIET) -> RecoveryStats:
         """Finish what a crash left: commit what was decided, abort what was not, remove
-        what never prepared."""
+        what never prepared. ``steps`` hears how far it is (``twopc recover`` shows it on a
+        terminal)."""
         stats = RecoveryStats()
         self.commit_log.remove_temporaries()
-        for decision in self.commit_log.pending():
+        pending = self.commit_log.pending(on_read=counter(steps, "read", "pending decisions"))
+        for decision in counted(steps, pending, "finished", "decided batches"):
             self._finish_pending(decision)
             stats.committed += len(decision.committables)
         if self._driver is not None:
-            stats.aborted = self._abort_undecided(self._driver)
-        stats.aborted += self._sweep_earlier_footprints()
+            stats.aborted = self._abort_undecided(self._driver, steps)
+        stats.aborted += self._sweep_earlier_footprints(steps)
+        steps.note("sweeping leftovers that never prepared")
         stats.swept = self._sweep()
         self._recovered = True
         return stats
@@ -180,12 +188,13 @@ class Coordinator:
             ]
         return self._earlier_runs
 
-    def _sweep_earlier_footprints(self) -> int:
+    def _sweep_earlier_footprints(self, steps: Steps = QUIET) -> int:
         """Once per coordinator: let an in-task sink abort what runs with other naming or
         more partitions left open (no fixed probe limit: the log says how many there
         were). Driver-commit sinks find their prepared work by listing instead."""
         if self._lingering_swept or self._in_task is None:
             return 0
+        steps.note("aborting what earlier runs left open")
         footprints: dict[str, Footprint] = {}
         for run in self._runs_before_this_process():
             key = json.dumps(run.footprint.to_json(), sort_keys=True)
@@ -205,9 +214,11 @@ class Coordinator:
         with leaving_sink(self.sink_id, what="listing prepared work failed: "):
             return driver.recover(self.sink_id)
 
-    def _abort_undecided(self, driver: CommitsOnDriver) -> int:
+    def _abort_undecided(self, driver: CommitsOnDriver, steps: Steps = QUIET) -> int:
+        steps.note("listing prepared transactions")
         leftovers = self._list_prepared(driver)
-        decisions = self.commit_log.decisions_for(leftovers)
+        checked = counter(steps, "checked", "prepared transactions")
+        decisions = self.commit_log.decisions_for(leftovers, on_read=checked)
         to_commit: list[Committable] = []
         to_abort: list[Committable] = []
         for committable in leftovers:
@@ -220,7 +231,7 @@ class Coordinator:
             # Decided work the log already marked done but the target still shows as
             # prepared (e.g. a crash between the commit and its clean-up): finish it.
             self._commit_all(driver, to_commit)
-        self._abort(driver, to_abort, "prepared but undecided", in_recovery=True)
+        self._abort(driver, to_abort, "prepared but undecided", in_recovery=True, steps=steps)
         return len(to_abort)
 
     def _abort(
@@ -230,6 +241,7 @@ class Coordinator:
         why: str,
         *,
         in_recovery: bool = False,
+        steps: Steps = QUIET,
     ) -> None:
         if not committables:
             return
@@ -256,7 +268,13 @@ class Coordinator:
                     self._fire(point, committable.batch_id)
                     driver.abort_prepared([committable])
             else:
-                driver.abort_prepared(committables)
+                # in slices, so that a recovery aborting hundreds can say how far it is
+                total = len(committables)
+                steps.count("aborted", 0, total, "prepared transactions")
+                for start in range(0, total, _ABORT_SLICE):
+                    driver.abort_prepared(committables[start : start + _ABORT_SLICE])
+                    done = min(start + _ABORT_SLICE, total)
+                    steps.count("aborted", done, total, "prepared transactions")
 
     # -- one batch -----------------------------------------------------------------------
 

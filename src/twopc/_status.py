@@ -21,6 +21,7 @@ from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator
 from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
 from twopc._paths import CommitPath
+from twopc._steps import QUIET, Steps, counted, counter
 from twopc.progress import GroupProgress, ProgressReporter, SourceOffsets
 from twopc.protocol import (
     CommitsOnDriver,
@@ -199,21 +200,24 @@ def sink_status(
     *,
     stale_after: float = DEFAULT_STALE_AFTER,
     progress: ProgressResolver | None = None,
+    steps: Steps = QUIET,
 ) -> SinkStatus:
     """Read-only: what recovery of ``sink_id`` would do now, and whether a writer runs.
 
     For queries that publish their source offsets, each query's status carries the offsets
     of its last committed batch; with ``progress`` (a description of the group, as the
     commit log recorded it → a :class:`~twopc.ProgressReporter`), also the group's offsets
-    and lag now."""
-    pending = commit_log.pending()
+    and lag now. ``steps`` hears how far it is (``twopc status`` shows it on a terminal)."""
+    pending = commit_log.pending(on_read=counter(steps, "read", "pending decisions"))
+    steps.note("inspecting the target")
     with leaving_sink(sink_id, what="inspecting the target failed: "):
         inspection = sink.inspect(sink_id)
     path = CommitPath.of(sink)
     items = [_decision_item(d, path) for d in pending]
     items.extend(_lost_item(c) for d in pending for c in _lost(sink, d, inspection))
     decisions = commit_log.decisions_for(
-        w.committable for w in inspection.pending if w.committable is not None
+        [w.committable for w in inspection.pending if w.committable is not None],
+        on_read=counter(steps, "checked", "prepared transactions"),
     )
     items.extend(_work_item(work, decisions) for work in inspection.pending)
     writers = tuple(
@@ -226,7 +230,7 @@ def sink_status(
         backend=sink.backend_name,
         sink=sink.describe(),
         commit_log=commit_log.url,
-        queries=_queries(commit_log, inspection, pending, progress),
+        queries=_queries(commit_log, inspection, pending, progress, steps),
         items=tuple(items),
         writers=writers,
         notes=inspection.notes,
@@ -333,13 +337,14 @@ def _queries(
     inspection: Inspection,
     pending: list[Decision],
     progress: ProgressResolver | None,
+    steps: Steps,
 ) -> tuple[QueryStatus, ...]:
     by_query: dict[str, list[TargetMarker]] = {}
     for marker in inspection.markers or ():
         by_query.setdefault(marker.query_id, []).append(marker)
     query_ids = sorted(set(commit_log.query_ids()) | set(by_query))
     out = []
-    for query_id in query_ids:
+    for query_id in counted(steps, query_ids, "checked", "queries"):
         done = commit_log.done_batches(query_id)
         markers = by_query.get(query_id, [])
         partitions: dict[int, int] | None = None
@@ -427,6 +432,7 @@ def recover_sink(
     stale_after: float = DEFAULT_STALE_AFTER,
     settle_seconds: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
+    steps: Steps = QUIET,
 ) -> RecoveryReport:
     """Resolve what crashed runs of ``sink_id`` left, as the coordinator does at start.
 
@@ -436,9 +442,10 @@ def recover_sink(
     is never refused.
     After acting it inspects again; work the target aborts on its own time (open
     transactions that fencing aborts, e.g. Kafka's) takes a moment to show as aborted, so it
-    waits up to ``settle_seconds`` for that.
+    waits up to ``settle_seconds`` for that. ``steps`` hears how far it is (``twopc
+    recover`` shows it on a terminal).
     """
-    plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    plan = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
     if dry_run:  # changes nothing, so it needs no refusal; the plan shows the writers
         return RecoveryReport(plan, performed=False)
     if plan.running and not force:
@@ -446,17 +453,18 @@ def recover_sink(
         return RecoveryReport(plan, performed=False, refused=f"a writer is running ({reasons})")
     coordinator = Coordinator(sink, sink_id, commit_log)
     try:
-        stats = coordinator.recover()
+        stats = coordinator.recover(steps)
     except Exception as exc:
-        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
         return RecoveryReport(plan, performed=True, after=after, error=f"{exc}")
-    after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+    after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
     deadline = time.monotonic() + settle_seconds
     while after.items and all(i.kind is ItemKind.OPEN for i in after.items):
         if time.monotonic() >= deadline:
             break
+        steps.note("waiting for the target to finish aborting open transactions")
         sleep(0.5)
-        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after)
+        after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
     return RecoveryReport(
         plan,
         performed=True,
