@@ -28,6 +28,7 @@ from twopc._status import (
     recover_sink,
     sink_status,
 )
+from twopc._steps import steps_on
 from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import TwoPCError
 from twopc.plugins import create_sink, registry
@@ -253,7 +254,15 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     def show(sink: Sink[Any], sink_id: str, log: CommitLog) -> int:
-        status = sink_status(sink, sink_id, log, stale_after=args.stale_after, progress=resolver)
+        with steps_on(sys.stderr, json=args.json) as steps:
+            status = sink_status(
+                sink,
+                sink_id,
+                log,
+                stale_after=args.stale_after,
+                progress=resolver,
+                steps=steps,
+            )
         if args.json:
             print(json.dumps(status.to_dict(), indent=2))
         else:
@@ -265,14 +274,16 @@ def _status(args: argparse.Namespace) -> int:
 
 def _recover(args: argparse.Namespace) -> int:
     def act(sink: Sink[Any], sink_id: str, log: CommitLog) -> int:
-        report = recover_sink(
-            sink,
-            sink_id,
-            log,
-            dry_run=args.dry_run,
-            force=args.force,
-            stale_after=args.stale_after,
-        )
+        with steps_on(sys.stderr, json=args.json) as steps:
+            report = recover_sink(
+                sink,
+                sink_id,
+                log,
+                dry_run=args.dry_run,
+                force=args.force,
+                stale_after=args.stale_after,
+                steps=steps,
+            )
         if args.json:
             print(json.dumps({"dry_run": args.dry_run, **report.to_dict()}, indent=2))
         else:

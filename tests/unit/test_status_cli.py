@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -140,6 +143,115 @@ def test_recover_commits_what_was_decided_and_aborts_the_rest(
 
 def _ids(batch: int) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array([batch], pa.int64())})
+
+
+class Terminal:
+    """A pseudo-terminal: ``stream`` writes to it, :meth:`seen` closes it and returns what
+    reached it (read as it comes, so a full buffer never blocks the command)."""
+
+    def __init__(self) -> None:
+        self._master, slave = os.openpty()
+        self.stream = os.fdopen(slave, "w", encoding="utf-8")
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._master, 4096)
+            except OSError:  # EIO: the terminal's other side is closed
+                return
+            if not data:
+                return
+            self._chunks.append(data)
+
+    def seen(self) -> str:
+        self.stream.close()
+        self._reader.join(timeout=10)
+        return b"".join(self._chunks).decode()
+
+    def close(self) -> None:
+        self.stream.close()
+        os.close(self._master)
+
+
+@pytest.fixture
+def terminal() -> Iterator[Terminal]:
+    """A pseudo-terminal; a test puts it in place of ``sys.stderr`` itself (pytest's capture
+    sets ``sys.stderr`` again when the test's call starts)."""
+    tty = Terminal()
+    yield tty
+    tty.close()
+
+
+def _lingering(store_name: str, log: CommitLog, prepared: int) -> None:
+    """``prepared`` transactions of batch 1 that no decision names, and batch 0 decided
+    but not committed."""
+    sink = twopc.testing.MemoryDriverSink(store_name)
+    for partition in range(prepared):
+        txn = sink.begin_transaction(twopc.TaskContext("orders", "q", 1, partition))
+        sink.invoke(txn, _ids(partition))
+        sink.pre_commit(txn)
+    txn = sink.begin_transaction(twopc.TaskContext("orders", "q", 0, 0))
+    sink.invoke(txn, _ids(0))
+    log.record_decision(Decision("orders", "q", 0, (sink.pre_commit(txn),)))
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
+def test_status_and_recover_show_progress_on_a_terminal(
+    tmp_path: Path,
+    store_name: str,
+    capsys: pytest.CaptureFixture[str],
+    terminal: Terminal,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "stderr", terminal.stream)
+    _lingering(store_name, CommitLog(str(tmp_path / "log")), prepared=120)
+    args = _memory_args(tmp_path / "log", store_name)
+    assert main(["status", *args]) == 0
+    assert "in doubt: 122" in capsys.readouterr().out
+    assert main(["recover", *args]) == 0
+    assert "afterwards: nothing in doubt" in capsys.readouterr().out
+    shown = terminal.seen()
+    assert "checked 121/121 prepared transactions" in shown  # status, and recover's plan
+    assert "read 1/1 pending decisions" in shown
+    assert "finished 1/1 decided batches" in shown
+    assert "aborted 120/120 prepared transactions" in shown
+    assert "inspecting the target ..." in shown
+    assert shown.endswith("\r")  # each command erases its line before the report
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
+def test_no_progress_in_json_mode_even_on_a_terminal(
+    tmp_path: Path,
+    store_name: str,
+    capsys: pytest.CaptureFixture[str],
+    terminal: Terminal,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "stderr", terminal.stream)
+    _lingering(store_name, CommitLog(str(tmp_path / "log")), prepared=120)
+    args = _memory_args(tmp_path / "log", store_name)
+    assert main(["status", *args, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["in_doubt"]) == 122  # decision + work
+    assert main(["recover", *args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["aborted"] == 120
+    assert terminal.seen() == ""
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
+def test_no_progress_when_stderr_is_not_a_terminal(
+    tmp_path: Path, store_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _lingering(store_name, CommitLog(str(tmp_path / "log")), prepared=120)
+    args = _memory_args(tmp_path / "log", store_name)
+    assert main(["status", *args]) == 0  # stderr is pytest's capture: a pipe, in effect
+    assert main(["recover", *args]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.unit
