@@ -80,9 +80,12 @@ from twopc.protocol import (
     PendingWork,
     RecoveryScope,
     Sink,
+    SparkOutput,
+    SparkWrite,
     TargetMarker,
     TaskContext,
     WorkKind,
+    WritesWithSpark,
 )
 
 __all__ = [
@@ -131,6 +134,8 @@ __all__ = [
     "SinkStatus",
     "SourceOffsets",
     "SparkBatchWriter",
+    "SparkOutput",
+    "SparkWrite",
     "StatusItem",
     "TargetMarker",
     "TaskContext",
@@ -140,6 +145,7 @@ __all__ = [
     "UnsupportedFormatError",
     "WorkKind",
     "WriterStatus",
+    "WritesWithSpark",
     "__version__",
     "create_sink",
     "foreach_batch",

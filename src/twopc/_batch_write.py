@@ -14,10 +14,11 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from twopc._boundary import leaving_twopc
 from twopc._metrics import BatchMetrics
 from twopc._paths import CommitPath
 from twopc._retry import RetryPolicy
-from twopc._spark import _SparkEngine, arrange_for
+from twopc._spark import _SparkEngine, arrange_for, choose_spark_write
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
@@ -116,7 +117,9 @@ def write_batch(
         on_metrics=on_metrics,
     )
     try:
-        engine = _BatchEngine(arrange_for(sink, df))
+        with leaving_twopc(sink_id, BATCH_ID):
+            spark_write = choose_spark_write(sink, writer.sink_id)
+        engine = _BatchEngine(arrange_for(sink, df), spark_write=spark_write)
         return writer.run(batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None)
     finally:
         writer.close()

@@ -51,7 +51,7 @@ from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
 from twopc.progress import ProgressReporter, kafka_offsets_of
-from twopc.protocol import Sink
+from twopc.protocol import Sink, WritesWithSpark
 
 __all__ = ["TwopcDataSource", "TwopcMessage"]
 
@@ -117,6 +117,13 @@ class _Setup:
         checkpoint = lowered.get("checkpointlocation") or None
         sink = sink_from_options(backend, options)
         check_roles(sink)
+        if isinstance(sink, WritesWithSpark) and sink.spark_write_required():
+            raise ConfigurationError(
+                f"{sink.describe()}: its options insist on Spark's own writer for phase 1, "
+                'but format("twopc") writes in Python tasks (its writer runs per '
+                "partition); use twopc.foreach_batch(...) or twopc.write_batch(...), or let "
+                "the sink choose",
+            )
         log_options = _json_object(lowered.get("commit_log_options"), "commit_log_options")
         url, log_options = resolve_commit_log(
             sink, sink_id, lowered.get("commit_log") or None, log_options, checkpoint

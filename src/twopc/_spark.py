@@ -1,39 +1,93 @@
 """The thin Spark adapter: turns ``foreachBatch``'s ``(DataFrame, batch_id)`` into phase 1 on
 executors (``mapInArrow``: Arrow in, one tiny report row out per partition) and hands the
 rest to the engine-agnostic coordinator on the driver.
+
+A sink with the :class:`~twopc.WritesWithSpark` role whose options Spark's own writer can
+serve gets phase 1 as one Spark write job instead (``df.write...save(<its location>)``),
+after which the sink describes what was written as prepared work: no Python worker touches
+the rows. The choice is made, and logged, once per writer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from twopc._boundary import leaving_twopc
+from twopc._boundary import leaving_sink, leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._phase1 import Phase1Task
-from twopc._reports import TaskReport
+from twopc._reports import TaskOutcome, TaskReport
 from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
-from twopc.errors import ConfigurationError, SinkError
+from twopc.errors import ConfigurationError, PermanentSinkError, SinkError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of
-from twopc.protocol import Sink
+from twopc.protocol import CommitsOnDriver, Sink, TaskContext, WritesWithSpark
 from twopc.storage import filesystem_for, join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["SparkBatchWriter", "arrange_for", "foreach_batch", "is_connect_session"]
+__all__ = [
+    "SparkBatchWriter",
+    "arrange_for",
+    "choose_spark_write",
+    "foreach_batch",
+    "is_connect_session",
+]
 
 _log = logging.getLogger("twopc")
 
 _QUERY_ID_KEY = "sql.streaming.queryId"
 _RUN_ID_KEY = "spark.jobGroup.id"
 _REPORT_SCHEMA = "report string"
+
+T = TypeVar("T")
+
+
+def spark_write_of(sink: Sink[Any]) -> tuple[WritesWithSpark | None, str]:
+    """The sink's Spark write role when Spark's own writer runs its phase 1, else ``None``
+    and why not. Raises :class:`~twopc.ConfigurationError` when the sink's options insist
+    on Spark's writer and it cannot serve them."""
+    if not isinstance(sink, WritesWithSpark):
+        return None, "the sink has no Spark write path"
+    if not isinstance(sink, CommitsOnDriver):
+        return None, "a Spark write path needs a sink that commits on the driver"
+    refusal = sink.spark_write_refusal()
+    return (None, refusal) if refusal is not None else (sink, "")
+
+
+def choose_spark_write(sink: Sink[Any], sink_id: str) -> WritesWithSpark | None:
+    """Choose where phase 1 runs for a writer, and say so once in the log."""
+    role, why_not = spark_write_of(sink)
+    if role is None:
+        _log.info("twopc sink=%s: phase 1 runs in Python tasks (mapInArrow): %s", sink_id, why_not)
+    else:
+        _log.info(
+            "twopc sink=%s: phase 1 runs as one Spark write job per batch (%s): no Python "
+            "worker touches the rows",
+            sink_id,
+            sink.describe(),
+        )
+    return role
+
+
+_last_run = 0
+
+
+def _new_run_attempt() -> int:
+    """An id for one run of a batch's Spark write job: greater than every earlier one in
+    this process, and apart from those of earlier processes by the clock (milliseconds in
+    31 bits, which wrap after 24.8 days; recovery resolves an earlier process's runs of a
+    batch before a new one starts, so only this process's must differ)."""
+    global _last_run
+    now = int(time.time() * 1000) & 0x7FFFFFFF
+    _last_run = now if now > _last_run else (_last_run + 1) & 0x7FFFFFFF
+    return _last_run
 
 
 def arrange_for(sink: Sink[Any], df: DataFrame) -> DataFrame:
@@ -58,10 +112,18 @@ class _SparkEngine:
     copies cannot be observed, so the engine says duplicates are possible and the
     coordinator cleans up after every batch as if a copy had run."""
 
-    def __init__(self, df: DataFrame, *, speculation: bool = False, job_group: str = "") -> None:
+    def __init__(
+        self,
+        df: DataFrame,
+        *,
+        speculation: bool = False,
+        job_group: str = "",
+        spark_write: WritesWithSpark | None = None,
+    ) -> None:
         self._df = df
         self._speculation = speculation
         self._job_group = job_group or None
+        self._spark_write = spark_write
         self._jobs: set[int] = set()
         self._tracker: Any = (
             None
@@ -145,6 +207,9 @@ class _SparkEngine:
             time.sleep(0.1)
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        if self._spark_write is not None:
+            return self._write_with_spark(task, self._spark_write)
+
         def phase1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext as SparkTaskContext
 
@@ -161,10 +226,16 @@ class _SparkEngine:
             )
             yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
 
+        rows = self._tracked(lambda: self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect())
+        return [TaskReport.loads(row["report"]) for row in rows]
+
+    def _tracked(self, action: Callable[[], T], what: str = "the Spark job failed") -> T:
+        """Run one Spark action of phase 1, remembering its jobs (for the stage attempts
+        and the stragglers); a failure is raised as a :class:`~twopc.SinkError`."""
         tracker = self._tracker
         before = set(tracker.getJobIdsForGroup(self._job_group)) if tracker else set()
         try:
-            rows = self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect()
+            return action()
         except Exception as exc:
             # The one place twopc reads structure out of message text, because nothing else
             # reaches the driver: a task's Python exception is formatted into a string on
@@ -174,10 +245,61 @@ class _SparkEngine:
             # way: data a sink rejects is reported in-band, in the task's report (see
             # Phase1Task._rejected). Everything else here failed after Spark's own retries,
             # so a SinkError that quotes the worker's error line is all that is left to say.
-            raise SinkError(f"the Spark job failed: {_worker_error(exc)}") from exc
-        if tracker is not None:
-            self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
-        return [TaskReport.loads(row["report"]) for row in rows]
+            raise SinkError(f"{what}: {_worker_error(exc)}") from exc
+        finally:
+            if tracker is not None:
+                self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
+
+    def _write_with_spark(self, task: Phase1Task, sink: WritesWithSpark) -> list[TaskReport]:
+        """Phase 1 as one Spark write job into the location the sink names for this run,
+        then the sink's prepared work made of the job's output, one report per partition.
+        Spark's committer settles failed, retried and speculative task attempts inside
+        that location; a failure anywhere leaves only what the sink's sweep removes."""
+        ctx = TaskContext(
+            task.sink_id,
+            task.query_id,
+            task.batch_id,
+            0,
+            _new_run_attempt(),
+            task.run_id,
+            concurrent_attempts=task.concurrent_attempts,
+        )
+        started = time.monotonic()
+        with leaving_sink(task.sink_id, task.batch_id):
+            write = sink.plan_spark_write(ctx, tuple(self._df.columns))
+        writer = self._df.write.format(write.format).mode("overwrite")
+        if write.options:
+            writer = writer.options(**write.options)
+        if write.partition_by:
+            writer = writer.partitionBy(*write.partition_by)
+        try:
+            self._tracked(lambda: writer.save(write.path), "the Spark write job failed")
+        except SinkError as exc:
+            cause = exc.__cause__
+            if cause is not None and _is_analysis_error(cause):
+                # refused while planning, before any task ran: the data cannot be written
+                # this way (a type the format cannot hold), so a retry would fail the same
+                raise PermanentSinkError(
+                    f"Spark's {write.format} writer refused the batch: {_worker_error(cause)}",
+                    sink_id=task.sink_id,
+                    batch_id=task.batch_id,
+                ) from cause
+            raise
+        with leaving_sink(task.sink_id, task.batch_id, what="preparing Spark's output failed: "):
+            outputs = sink.spark_written(ctx, write)
+        seconds = time.monotonic() - started
+        return [
+            TaskReport(
+                output.committable.partition,
+                0,
+                TaskOutcome.PREPARED,
+                output.committable,
+                rows=output.rows,
+                bytes=output.bytes,
+                seconds=seconds,
+            )
+            for output in outputs
+        ]
 
     def discard(self) -> None:
         # Evaluate every partition, writing nothing: a stateful query's state stores must
@@ -207,6 +329,8 @@ class SparkBatchWriter(BatchWriter):
         self._checked_queries: set[str] = set()
         self._checkpoints: dict[str, str | None] = {}
         self._speculation: bool | None = None
+        self._phase1_chosen = False
+        self._spark_write: WritesWithSpark | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch. Everything that leaves is a twopc error naming the sink and
@@ -272,6 +396,9 @@ class SparkBatchWriter(BatchWriter):
         self, df: DataFrame, batch_id: int, query_id: str, checkpoint: str | None, run_id: str
     ) -> None:
         source_offsets = self._source_offsets(checkpoint, batch_id)
+        if not self._phase1_chosen:
+            self._spark_write = choose_spark_write(self.sink, self.sink_id)
+            self._phase1_chosen = True
         df = arrange_for(self.sink, df)
         if self._persist:
             df = df.persist()
@@ -279,7 +406,12 @@ class SparkBatchWriter(BatchWriter):
             self.run(
                 query_id,
                 batch_id,
-                _SparkEngine(df, speculation=bool(self._speculation), job_group=run_id),
+                _SparkEngine(
+                    df,
+                    speculation=bool(self._speculation),
+                    job_group=run_id,
+                    spark_write=self._spark_write,
+                ),
                 lambda: checkpoint,
                 run_id=run_id,
                 input_fingerprint=input_fingerprint(checkpoint, batch_id) if checkpoint else None,
@@ -462,6 +594,12 @@ def _refuse_a_foreign_checkpoint(
             sink_id=sink_id,
             batch_id=batch_id,
         )
+
+
+def _is_analysis_error(exc: BaseException) -> bool:
+    """Whether Spark refused a write while planning it (``AnalysisException``), classic or
+    over Spark Connect."""
+    return any(cls.__name__ == "AnalysisException" for cls in type(exc).__mro__)
 
 
 def _worker_error(exc: BaseException, limit: int = 2000) -> str:

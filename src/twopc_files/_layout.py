@@ -6,6 +6,7 @@ manifests or temporary files::
 
     <root>/_twopc/<sink_id>/<query_id>/<batch>.decision.json   manifest = the decision
     <root>/_twopc_staging/<sink_id>/<query_id>/<batch>/<partition>-<attempt>/...<name>.inprogress
+    <root>/_twopc_staging/<sink_id>/<query_id>/<batch>/spark-<run>/...   Spark's own output
     <root>/[col=value/...]part-<token>-b<batch>-p<partition>-<seq>.<ext>   committed data
 
 ``token`` is derived from the sink id and the query id, so a new checkpoint (whose batch ids
@@ -25,11 +26,13 @@ import pyarrow.compute as pc
 __all__ = [
     "COMMITTABLE_FILE",
     "LOG_DIR",
+    "SPARK_JOB_PREFIX",
     "STAGED_SUFFIX",
     "STAGING_DIR",
     "STARTED_FILE",
     "attempt_dir",
     "final_name",
+    "spark_job_dir",
     "split_by_partition",
 ]
 
@@ -42,11 +45,20 @@ extension (DuckDB's ``out/**/*.parquet``) never matches a file that is not commi
 STARTED_FILE = "_started"
 """Written when an attempt that writes multipart uploads begins (its files are not staged)."""
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+SPARK_JOB_PREFIX = "spark-"
+"""Names the directory one run of a batch's Spark write job writes into (the JVM path)."""
 
 
 def attempt_dir(sink_id: str, query_id: str, batch_id: int, partition: int, attempt: int) -> str:
     """The staging directory of one task attempt, relative to the output root."""
     return f"{STAGING_DIR}/{sink_id}/{query_id}/{batch_id:020d}/{partition:05d}-{attempt}"
+
+
+def spark_job_dir(sink_id: str, query_id: str, batch_id: int, run: int) -> str:
+    """Where Spark's own writer writes one run of a batch (the JVM path), relative to the
+    output root: next to the batch's attempt directories, so that the sweep removes it
+    when no prepared work came of it."""
+    return f"{STAGING_DIR}/{sink_id}/{query_id}/{batch_id:020d}/{SPARK_JOB_PREFIX}{run}"
 
 
 def name_token(sink_id: str, query_id: str) -> str:

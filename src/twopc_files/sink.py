@@ -6,6 +6,12 @@ files and the final names they get. The coordinator's decision for the batch (th
 ``_twopc/<sink_id>/<query>/<batch>.decision.json``) lists every partition's files. Phase 2
 renames staged files to their final, deterministic names; a file already at its final name
 and gone from staging was promoted before, so commit is idempotent.
+
+Where Spark's own writer can write the format and the filesystem (the JVM write path,
+:class:`~twopc.WritesWithSpark`), phase 1 is one Spark write job into a hidden directory of
+the batch's run instead; the driver then moves the files of each Spark partition into that
+partition's staging directory, under the same names and with the same ``_committable.json``
+as a task would have written, so that everything after phase 1 is the same on both paths.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, ClassVar, cast
 
 import pyarrow as pa
@@ -32,10 +38,14 @@ from twopc import (
     PendingWork,
     PermanentSinkError,
     Sink,
+    SinkError,
+    SparkOutput,
+    SparkWrite,
     TaskContext,
     TransientSinkError,
     UnsupportedFormatError,
     WorkKind,
+    WritesWithSpark,
 )
 from twopc.storage import (
     atomic_write,
@@ -45,22 +55,35 @@ from twopc.storage import (
     is_local,
     join,
 )
-from twopc_files._batch_log import LoggedFile, SparkBatchLog, file_uri
+from twopc_files._batch_log import HADOOP_SCHEMES, LoggedFile, SparkBatchLog, file_uri
 from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
 from twopc_files._layout import (
     COMMITTABLE_FILE,
     LOG_DIR,
+    SPARK_JOB_PREFIX,
     STAGED_SUFFIX,
     STAGING_DIR,
     STARTED_FILE,
     attempt_dir,
     final_name,
     name_token,
+    spark_job_dir,
     split_by_partition,
 )
 from twopc_files._multipart import MultipartFile, MultipartStore, Part, is_multipart_capable
+from twopc_files._spark_write import (
+    AUTO_PROTOCOLS,
+    HADOOP_PROTOCOLS,
+    SPARK_FORMATS,
+    WRITE_PATHS,
+    SparkFile,
+    parse_spark_file,
+    protocol_of,
+    spark_option_values,
+    translate_write_options,
+)
 
-__all__ = ["COMMIT_METHODS", "FORMATS", "FilesPayload", "FilesSink", "StagedFile"]
+__all__ = ["COMMIT_METHODS", "FORMATS", "WRITE_PATHS", "FilesPayload", "FilesSink", "StagedFile"]
 
 COMMIT_METHODS = ("auto", "move", "complete_upload")
 """How the files sink's commit makes files visible (``FilesSink(commit_by=...)``)."""
@@ -68,6 +91,7 @@ COMMIT_METHODS = ("auto", "move", "complete_upload")
 _log = logging.getLogger("twopc.files")
 
 _MIN_FILE_SIZE = 1024
+_DEFAULT_FILE_SIZE = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -140,12 +164,13 @@ class FilesTransaction:
     """Another process prepared this same attempt first: abort must leave its staging."""
 
 
-class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
+class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
     """Exactly-once file output on any fsspec filesystem.
 
     Args:
         path: output directory, a local path or an fsspec URL (``s3://bucket/out``).
-        format: ``parquet`` (default), ``csv``, ``json`` (JSON lines) or ``arrow`` (IPC file).
+        format: ``parquet`` (default), ``csv``, ``json`` (JSON lines), ``orc`` or ``arrow``
+            (IPC file).
         partition_by: columns for Hive-style directories (``col=value/``), removed from the
             files like Spark does.
         target_file_size: roll to a new file once a file reaches this many bytes.
@@ -164,7 +189,18 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         batch_log_scheme: the URI scheme the batch log gives files on a remote store; Spark
             sees them only when it reads the output by the same scheme. Default: what
             open-source Spark reads (``s3a`` for ``s3://`` paths, the filesystem's protocol
-            elsewhere); ``s3`` for readers whose ``s3://`` is a filesystem (EMR).
+            elsewhere); ``s3`` for readers whose ``s3://`` is a filesystem (EMR). Spark's
+            writer writes to that scheme too, on the Spark write path.
+        write_path: where phase 1 runs under ``twopc.foreach_batch`` and
+            ``twopc.write_batch``. ``spark``: Spark's own writer writes the batch in one job,
+            no Python worker touches the rows. ``python``: Python tasks write it with pyarrow
+            (``mapInArrow``). ``auto`` (default): ``spark`` where Spark's writer serves the
+            options (formats ``parquet``, ``orc``, ``csv``, ``json`` on local disks and HDFS,
+            ``write_options`` it has a counterpart for, the default ``target_file_size``),
+            else ``python``; the choice and its reason are logged once per writer.
+            ``format("twopc")`` and ``twopc.local`` always run Python tasks.
+        spark_options: options for Spark's writer on the Spark write path (e.g.
+            ``{"maxRecordsPerFile": 1000000}``), after those derived from ``write_options``.
     """
 
     backend_name = "files"
@@ -181,7 +217,14 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         commit_by: str = "auto",
         batch_log: bool = False,
         batch_log_scheme: str = "",
+        write_path: str = "auto",
+        spark_options: dict[str, Any] | None = None,
     ) -> None:
+        if write_path not in WRITE_PATHS:
+            raise ConfigurationError(
+                f"files sink: unknown write_path {write_path!r}; use one of "
+                f"{', '.join(WRITE_PATHS)}"
+            )
         if commit_by not in COMMIT_METHODS:
             raise ConfigurationError(
                 f"files sink: unknown commit_by {commit_by!r}; use one of "
@@ -189,9 +232,10 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             )
         if not isinstance(path, str) or not path:
             raise ConfigurationError("files sink: path must be a non-empty string")
-        if format not in FORMATS:
+        if format not in FORMATS and format not in SPARK_FORMATS:
+            known = sorted({*FORMATS, *SPARK_FORMATS})
             raise ConfigurationError(
-                f"files sink: unknown format {format!r}; use one of {', '.join(FORMATS)}"
+                f"files sink: unknown format {format!r}; use one of {', '.join(known)}"
             )
         if isinstance(partition_by, str):
             partition_by = (partition_by,)
@@ -221,6 +265,26 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
         self.commit_by = commit_by
         self.batch_log = bool(batch_log)
         self.batch_log_scheme = batch_log_scheme
+        self.write_path = write_path
+        try:
+            self.spark_options = spark_option_values(dict(spark_options or {}))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"files sink: spark_options: {exc}") from None
+        if self.spark_options and write_path == "python":
+            raise ConfigurationError(
+                "files sink: spark_options are for Spark's writer, but write_path='python'"
+            )
+        if write_path == "python" and format not in FORMATS:
+            raise ConfigurationError(
+                f"files sink: format {format!r} is written by Spark's own writer only, but "
+                "write_path='python'"
+            )
+        if self.spark_write_required() and (refusals := self._spark_refusals(auto=False)):
+            why = "write_path='spark'" if write_path == "spark" else f"format {format!r}"
+            raise ConfigurationError(
+                f"files sink: {why} needs Spark's own writer, which cannot write this "
+                f"output: {'; '.join(refusals)}"
+            )
         self._fs: Any = None
         self._fs_pid = 0
         self._root = ""
@@ -258,7 +322,8 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     def uploads(self) -> MultipartStore | None:
         """The multipart client when files are committed by completing uploads."""
         capable = is_multipart_capable(self.fs)
-        if self.commit_by == "move" or (self.commit_by == "auto" and not capable):
+        moved = not capable or self.write_path == "spark"  # Spark's files are staged files
+        if self.commit_by == "move" or (self.commit_by == "auto" and moved):
             return None
         if not capable:
             raise ConfigurationError(
@@ -276,9 +341,172 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     def default_commit_log_options(self) -> dict[str, Any]:
         return dict(self.storage_options)
 
+    # -- phase 1 by Spark's own writer (WritesWithSpark) ----------------------------------
+
+    def _spark_refusals(self, *, auto: bool) -> list[str]:
+        """Why Spark's writer cannot serve this sink's options; with ``auto``, also where it
+        could but the Python path is the better choice."""
+        reasons = []
+        if self.format not in SPARK_FORMATS:
+            reasons.append(f"format {self.format!r} is not one Spark's writer writes")
+        if self.commit_by == "complete_upload":
+            reasons.append(
+                "commit_by='complete_upload': Spark's writer cannot leave its files as open "
+                "multipart uploads"
+            )
+        _, untranslated = translate_write_options(self.format, self.write_options)
+        if untranslated:
+            reasons.append(
+                f"write_options {untranslated} have no counterpart in Spark's writer (give "
+                "Spark's own options as spark_options)"
+            )
+        if self.target_file_size != _DEFAULT_FILE_SIZE:
+            reasons.append(
+                "target_file_size: Spark's writer does not roll files by size "
+                "(spark_options={'maxRecordsPerFile': N} rolls them by rows)"
+            )
+        protocol = protocol_of(self.path)
+        if protocol not in HADOOP_PROTOCOLS:
+            reasons.append(f"{protocol}:// is a filesystem Spark (Hadoop) does not reach")
+        elif auto and protocol not in AUTO_PROTOCOLS:
+            reasons.append(
+                f"on {protocol}:// every rename is a copy, and Spark's committer and the "
+                "staging would copy each file three times more (write_path='spark' to use "
+                "it anyway)"
+            )
+        return reasons
+
+    def spark_write_refusal(self) -> str | None:
+        if self.write_path == "python":
+            return "write_path='python'"
+        # auto weighs the two paths; a format only Spark writes has one
+        refusals = self._spark_refusals(auto=not self.spark_write_required())
+        if not refusals:
+            return None
+        if self.spark_options or self.spark_write_required():
+            needs = "spark_options are" if self.spark_options else "this sink is"
+            raise ConfigurationError(
+                f"files sink: {needs} for Spark's writer, which cannot write this output: "
+                f"{'; '.join(refusals)}"
+            )
+        return "; ".join(refusals)
+
+    def spark_write_required(self) -> bool:
+        """``write_path="spark"``, or a format only Spark's writer writes (``orc``)."""
+        return self.write_path == "spark" or self.format not in FORMATS
+
+    def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
+        missing = [c for c in self.partition_by if c not in columns]
+        if missing:
+            raise PermanentSinkError(
+                f"partition_by column(s) {missing} not in the data (columns: {list(columns)})"
+            )
+        job = spark_job_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.attempt)
+        self._remove(job)  # a run of this very name, from a process that died (possible)
+        options, _ = translate_write_options(self.format, self.write_options)
+        if self.format == "csv":
+            options.setdefault("header", "true")  # as pyarrow writes it by default
+        # a fresh directory of its own: no other overwrite semantics apply
+        options["partitionOverwriteMode"] = "static"
+        options.update(self.spark_options)
+        return SparkWrite(self.format, self._hadoop_uri(job), options, self.partition_by)
+
+    def _hadoop_uri(self, relative: str) -> str:
+        """The URI Spark's (Hadoop's) filesystems give the object that fsspec sees at
+        ``relative`` under the output."""
+        if is_local(self.fs):
+            return file_uri(self.fs, self._abs(relative))
+        protocol, rest = fsspec_split(self.path)
+        scheme = self.batch_log_scheme or HADOOP_SCHEMES.get(protocol, protocol)
+        return f"{scheme}://{join(rest, relative)}"
+
+    def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
+        """Stage the job's files per Spark partition, as that partition's task would have:
+        under its attempt directory, with its final names and a ``_committable.json``;
+        then remove the job's directory (Spark's ``_SUCCESS``, checksums)."""
+        job = spark_job_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.attempt)
+        by_split: dict[int, list[SparkFile]] = {}
+        for entry in self._spark_files(job):
+            by_split.setdefault(entry.split, []).append(entry)
+        token = name_token(ctx.sink_id, ctx.query_id)
+        outputs = [
+            self._stage_split(replace(ctx, partition=split), by_split.get(split, []), token)
+            for split in range(max(by_split, default=0) + 1)
+        ]
+        self._remove(job)
+        return outputs
+
+    def _spark_files(self, job: str) -> list[SparkFile]:
+        """The data files of a Spark write job's output; its hidden files (``_SUCCESS``,
+        ``_temporary/``, ``.crc`` checksums) are not data."""
+        self._fresh_listings()
+        base = self._abs(job).rstrip("/")
+        found = []
+        for path, info in sorted(self.fs.find(base, detail=True).items()):
+            relative = str(path)[len(base) + 1 :]
+            if info.get("type") == "directory" or any(
+                part.startswith(("_", ".")) for part in relative.split("/")
+            ):
+                continue
+            entry = parse_spark_file(str(path), relative, int(info.get("size") or 0))
+            if entry is None:
+                raise SinkError(
+                    f"Spark's write job left {relative} in {job}, which is not one of its "
+                    "part files: twopc names only files of Spark's file writers"
+                )
+            found.append(entry)
+        return found
+
+    def _stage_split(self, ctx: TaskContext, files: list[SparkFile], token: str) -> SparkOutput:
+        staging = attempt_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)
+        staged: list[StagedFile] = []
+        seq: dict[str, int] = {}
+        for entry in sorted(files, key=lambda f: (f.directory, f.counter, f.path)):
+            number = seq[entry.directory] = seq.get(entry.directory, -1) + 1
+            extension = entry.extension or FORMATS[self.format]
+            name = final_name(token, ctx.batch_id, ctx.partition, number, extension)
+            final = f"{entry.directory}/{name}" if entry.directory else name
+            target = f"{staging}/{final}{STAGED_SUFFIX}"
+            path = self._abs(target)
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.mv(entry.path, path)
+            staged.append(StagedFile(target, final, self._rows_in(path), entry.size))
+        if staged and is_local(self.fs):
+            # pre_commit's promise: what the committable names survives a crash
+            for done in staged:
+                _fsync_file(self._abs(done.staged))
+            for directory in {self._abs(d.staged).rsplit("/", 1)[0] for d in staged}:
+                fsync_directory(directory)
+        files_ = tuple(sorted(staged, key=lambda f: f.final))
+        committable = Committable.for_task(ctx, FilesPayload(staging, files_))
+        if staged:
+            self._record_prepared(staging, committable.dumps().encode())
+        return SparkOutput(
+            committable, rows=sum(f.rows for f in files_), bytes=sum(f.bytes for f in files_)
+        )
+
+    def _rows_in(self, path: str) -> int:
+        """Rows of a file Spark wrote, from its footer (Parquet, ORC); 0 for CSV and JSON,
+        which would have to be read whole."""
+        if self.format not in ("parquet", "orc") or not self.fs.size(path):
+            return 0
+        with self.fs.open(path, "rb") as handle:
+            if self.format == "parquet":
+                import pyarrow.parquet as pq
+
+                return int(pq.read_metadata(handle).num_rows)
+            import pyarrow.orc as paorc
+
+            return int(paorc.ORCFile(handle).nrows)
+
     # -- phase 1 ------------------------------------------------------------------------
 
     def begin_transaction(self, ctx: TaskContext) -> FilesTransaction:
+        if self.format not in FORMATS:
+            raise PermanentSinkError(
+                f"format {self.format!r} is written by Spark's own writer only "
+                "(twopc.foreach_batch or twopc.write_batch), not by Python tasks"
+            )
         staging = attempt_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)
         if self.fs.exists(self._abs(staging)):
             # A previous process ran this very attempt (possible outside Spark); start clean.
@@ -383,21 +611,24 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
                 state.current = None
         files = tuple(sorted(txn.done, key=lambda f: f.final))
         committable = Committable.for_task(txn.ctx, FilesPayload(txn.staging, files))
-        self.fs.makedirs(self._abs(txn.staging), exist_ok=True)
-        self._write_committable(txn, committable.dumps().encode())
+        try:
+            self._record_prepared(txn.staging, committable.dumps().encode())
+        except TransientSinkError:
+            txn.gave_way = True
+            raise
         return committable
 
-    def _write_committable(self, txn: FilesTransaction, data: bytes) -> None:
+    def _record_prepared(self, staging: str, data: bytes) -> None:
         """Record the prepared attempt, never over another writer's record (a conditional
         PUT on S3): the staging directory is the attempt's own, so something there is this
         write landing twice (a retried request), or a second process running the same
         attempt, whose committable must survive for recovery."""
-        marker = self._abs(f"{txn.staging}/{COMMITTABLE_FILE}")
+        self.fs.makedirs(self._abs(staging), exist_ok=True)
+        marker = self._abs(f"{staging}/{COMMITTABLE_FILE}")
         if create_exclusive(self.fs, marker, data) or self.fs.cat_file(marker) == data:
             return
-        txn.gave_way = True
         raise TransientSinkError(
-            f"another process prepared the same task attempt ({txn.staging}) with other "
+            f"another process prepared the same task attempt ({staging}) with other "
             "files; this one gives way (a retry runs as a new attempt)"
         )
 
@@ -566,6 +797,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
     def _unprepared(self, relative: str, attempt: str) -> PendingWork:
         query_id, batch, task = relative.split("/")[-3:]
         partition, _, attempt_no = task.partition("-")
+        spark_job = task.startswith(SPARK_JOB_PREFIX)
         return PendingWork(
             kind=WorkKind.UNPREPARED,
             ident=relative,
@@ -574,7 +806,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             partition=int(partition) if partition.isdigit() else None,
             attempt=int(attempt_no) if attempt_no.isdigit() else None,
             age_seconds=self._age(attempt),
-            detail="staged by an attempt that never prepared",
+            detail=(
+                "written by a Spark write job that never prepared"
+                if spark_job
+                else "staged by an attempt that never prepared"
+            ),
         )
 
     def _age(self, path: str) -> float | None:
@@ -654,6 +890,20 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver):
             return bool(self.fs.isdir(directory)) and not self.fs.ls(directory, detail=False)
         except FileNotFoundError:
             return False
+
+
+def fsspec_split(url: str) -> tuple[str, str]:
+    """(protocol, the rest) of an fsspec URL; ``file`` for a plain path."""
+    protocol, rest = url.split("://", 1) if "://" in url else ("file", url)
+    return protocol, rest
+
+
+def _fsync_file(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _discard(handle: IO[bytes] | MultipartFile) -> None:
