@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--sink-id", default=SINK_ID)
+    parser.add_argument("--write-path", default="auto", choices=("auto", "spark", "python"))
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     emit("spark-ready")
 
-    sink = twopc.create_sink("files", path=args.output, format="parquet")
+    sink = twopc.create_sink(
+        "files", path=args.output, format="parquet", write_path=args.write_path
+    )
     orders = (
         spark.readStream.schema(INPUT_SCHEMA)
         .option("maxFilesPerTrigger", 1)

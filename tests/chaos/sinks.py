@@ -27,6 +27,12 @@ class SinkSpec:
     log_outside: bool = False  # keep the commit log next to, not inside, the checkpoint
     options: str = ""  # files: more sink options as a JSON object (storage_options, commit_by)
 
+    def files_options(self) -> dict[str, Any]:
+        """The files sink's options besides path and format. The runs kill and stall Python
+        tasks at their crash points, so phase 1 runs in Python tasks unless the options
+        name another ``write_path`` (Spark's own writer has no task points)."""
+        return {"write_path": "python", **(json.loads(self.options) if self.options else {})}
+
     def dumps(self) -> str:
         return json.dumps(asdict(self))
 
@@ -61,8 +67,9 @@ def build_sink(spec: SinkSpec) -> twopc.Sink[Any]:
         sink: twopc.Sink[Any] = getattr(importlib.import_module(module), function)(spec.address)
         return sink
     if spec.backend == "files":
-        extra = json.loads(spec.options) if spec.options else {}
-        return twopc.create_sink("files", path=spec.address, format=spec.mode, **extra)
+        return twopc.create_sink(
+            "files", path=spec.address, format=spec.mode, **spec.files_options()
+        )
     if spec.backend in ("postgres", "mysql"):
         return twopc.create_sink(
             spec.backend,

@@ -25,7 +25,7 @@ def format_options(spec: SinkSpec) -> dict[str, str]:
     """The sink of ``spec`` as ``format("twopc")`` options: what :func:`build_sink` passes
     to ``create_sink``, as strings."""
     if spec.backend == "files":
-        extra = json.loads(spec.options) if spec.options else {}
+        extra = spec.files_options()
         return {
             "sink": "files",
             "path": spec.address,
@@ -78,6 +78,21 @@ def with_key(frame: Any, spec: SinkSpec) -> Any:
     return frame
 
 
+def slowed(frame: Any, slow_ids: str, slow_ms: int) -> Any:
+    """``frame`` with every row whose id is in ``slow_ids`` (``A:B``, from A up to B)
+    delayed by ``slow_ms`` in the JVM (``Thread.sleep`` through ``reflect``), where the rows
+    are written: a Spark write job that is slow without any Python in its tasks. The sleep's
+    result is written (a column ``slowed``), so that the optimizer cannot drop it, and its
+    argument depends on the row, so that it cannot be folded into a constant."""
+    if not slow_ids:
+        return frame
+    from pyspark.sql import functions as F
+
+    low, high = (int(x) for x in slow_ids.split(":"))
+    sleep = F.expr(f"reflect('java.lang.Thread', 'sleep', cast({slow_ms} + id * 0 as bigint))")
+    return frame.withColumn("slowed", F.when((F.col("id") >= low) & (F.col("id") < high), sleep))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entry", choices=("foreach", "format", "batch", "batch-format"))
@@ -90,6 +105,8 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--files-per-trigger", type=int, default=1)
+    parser.add_argument("--slow-ids", default="", help="A:B: ids whose rows the JVM delays")
+    parser.add_argument("--slow-ms", type=int, default=0)
     parser.add_argument(
         "--checkpoint-location", default=None, help="foreach_batch's (default: --checkpoint)"
     )
@@ -129,7 +146,7 @@ def main() -> None:
         .json(args.source)
         .repartition(args.partitions, "id")
     )
-    frame = with_key(frame, spec)
+    frame = slowed(with_key(frame, spec), args.slow_ids, args.slow_ms)
     stream = frame.writeStream.option("checkpointLocation", args.checkpoint).trigger(
         availableNow=True
     )

@@ -2,6 +2,11 @@
 (the driver for driver-side points, the Python worker running the task for task-side
 points), the query is restarted from its checkpoint, and the output read back with Spark
 and pyarrow holds every id exactly once, with nothing left staged.
+
+Both write paths of the files sink: Python tasks (every point) and Spark's own writer
+(``write_path="spark"``: no Python task runs, so the driver's points). The Spark path's
+kills in the middle of its write job, of an executor and of a speculative copy are in
+``test_spark_write_path.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ POINTS = [
 ]
 
 
-def _query(tmp_path: Path, *extra: str) -> list[str]:
+def _query(tmp_path: Path, *extra: str, write_path: str = "python") -> list[str]:
     return [
         "-m",
         "twopc._demo_query",
@@ -44,6 +49,8 @@ def _query(tmp_path: Path, *extra: str) -> list[str]:
         str(BATCHES * ROWS),
         "--sink-id",
         "crash-orders",
+        "--write-path",
+        write_path,
         *extra,
     ]
 
@@ -55,19 +62,32 @@ def _query(tmp_path: Path, *extra: str) -> list[str]:
 CI_POINTS = {CrashPoint.BETWEEN_COMMITS}  # after_decision: test_datasource, test_kafka_progress
 
 
-@pytest.mark.parametrize(
-    "point",
-    [
-        pytest.param(p, id=p.value, marks=[] if p in CI_POINTS else [pytest.mark.extended])
-        for p in POINTS
-    ],
-)
-def test_sigkill_at_crash_point_then_restart(tmp_path: Path, point: CrashPoint) -> None:
+def _cases() -> list[object]:
+    """Every point on the Python path; the driver's points on Spark's (no task runs
+    Python there)."""
+    return [
+        pytest.param(
+            point,
+            write_path,
+            id=f"{write_path}-{point.value}",
+            marks=[] if point in CI_POINTS else [pytest.mark.extended],
+        )
+        for write_path in ("python", "spark")
+        for point in POINTS
+        if write_path == "python" or point.on_driver
+    ]
+
+
+@pytest.mark.parametrize(("point", "write_path"), _cases())
+def test_sigkill_at_crash_point_then_restart(
+    tmp_path: Path, point: CrashPoint, write_path: str
+) -> None:
     expected = write_orders(tmp_path / "in", BATCHES, ROWS)
     where = "" if point.on_driver else ",partition=1"
     rows = ",rows=10" if point is CrashPoint.AFTER_INVOKE else ""
     first = run_process(
-        _query(tmp_path), faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}"
+        _query(tmp_path, write_path=write_path),
+        faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}",
     )
     if point.on_driver:
         assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
@@ -80,7 +100,7 @@ def test_sigkill_at_crash_point_then_restart(tmp_path: Path, point: CrashPoint) 
     committed_first = [e["batch"] for e in first.of("batch") if e["status"] == "committed"]
     assert committed_first == [0]
 
-    second = run_process(_query(tmp_path, "--read-back"))
+    second = run_process(_query(tmp_path, "--read-back", write_path=write_path))
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.of("read-back") == [
         {"event": "read-back", "committed": BATCHES * ROWS, "duplicates": 0, "missing": 0}
