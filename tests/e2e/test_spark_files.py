@@ -1,4 +1,7 @@
-"""Real foreachBatch queries writing through the files sink, read back with Spark and pyarrow."""
+"""Real foreachBatch queries writing through the files sink, read back with Spark and pyarrow.
+
+The key cases run on both write paths: Python tasks (``write_path="python"``) and Spark's
+own writer (``write_path="spark"``, what ``auto`` chooses for Parquet on a local disk)."""
 
 from __future__ import annotations
 
@@ -46,9 +49,15 @@ def _spark_ids(spark: Any, output: Path) -> tuple[int, int]:
     return frame.count(), frame.select("id").distinct().count()
 
 
-def test_query_writes_every_row_once(spark: Any, tmp_path: Path) -> None:
+WRITE_PATHS = ["python", "spark"]
+
+
+@pytest.mark.parametrize("write_path", WRITE_PATHS)
+def test_query_writes_every_row_once(spark: Any, tmp_path: Path, write_path: str) -> None:
     expected = write_orders(tmp_path / "in", batches=3, rows_per_batch=200)
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["customer"])
+    sink = twopc.create_sink(
+        "files", path=str(tmp_path / "out"), partition_by=["customer"], write_path=write_path
+    )
     writer = twopc.foreach_batch(sink, sink_id="orders")
     _run(spark, tmp_path / "in", tmp_path / "chk", writer)
 
@@ -61,11 +70,21 @@ def test_query_writes_every_row_once(spark: Any, tmp_path: Path) -> None:
         (2, "committed", 200, 2),
     ]
     assert staged_attempts(tmp_path / "out") == []
+    # with batch, Spark partition and file number, in every partition directory
+    names = sorted(p.name for p in (tmp_path / "out").glob("customer=c0/*"))
+    token = names[0].split("-")[1]
+    suffix = ".snappy.parquet" if write_path == "spark" else ".parquet"
+    assert names == [
+        f"part-{token}-b{b:08d}-p{p:05d}-0000{suffix}" for b in range(3) for p in range(2)
+    ]
 
 
-def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "write_path", ["python", pytest.param("spark", marks=pytest.mark.extended)]
+)
+def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path, write_path: str) -> None:
     write_orders(tmp_path / "in", batches=2, rows_per_batch=100)
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"), write_path=write_path)
     _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, sink_id="orders"))
     files_before = sorted(p.name for p in (tmp_path / "out").glob("*.parquet"))
 
@@ -81,8 +100,10 @@ def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path) -> None:
 
 
 def test_failed_task_is_retried_and_its_attempt_leaves_nothing(spark: Any, tmp_path: Path) -> None:
+    """Python tasks only: Spark's own writer runs no Python task to fail (its retries are
+    Spark's, inside the job: test_spark_write_path.py kills its executors)."""
     expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=300)
-    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"), write_path="python")
     faults = twopc.FaultPlan.parse("after_invoke:raise@batch=1,partition=1,attempt=0")
     writer = twopc.foreach_batch(sink, sink_id="orders", faults=faults)
     _run(spark, tmp_path / "in", tmp_path / "chk", writer)
@@ -94,20 +115,29 @@ def test_failed_task_is_retried_and_its_attempt_leaves_nothing(spark: Any, tmp_p
     assert staged_attempts(tmp_path / "out") == []
 
 
-def test_bad_input_fails_clearly_commits_nothing_and_recovers(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("write_path", WRITE_PATHS)
+def test_bad_input_fails_clearly_commits_nothing_and_recovers(
+    spark: Any, tmp_path: Path, write_path: str
+) -> None:
     expected = write_orders(tmp_path / "in", batches=1, rows_per_batch=100)
-    broken = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["region"])
+    broken = twopc.create_sink(
+        "files", path=str(tmp_path / "out"), partition_by=["region"], write_path=write_path
+    )
     from pyspark.errors import StreamingQueryException
 
     with pytest.raises(StreamingQueryException) as failure:
         _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(broken, "orders"))
     message = str(failure.value)
-    assert "sink 'orders', batch 0, partition" in message
+    # Spark's writer is planned on the driver, before any partition runs
+    where = ", partition" if write_path == "python" else ""
+    assert f"sink 'orders', batch 0{where}" in message
     assert "'region'" in message
     assert "not in the data" in message
     assert read_ids(tmp_path / "out") == {}
 
-    fixed = twopc.create_sink("files", path=str(tmp_path / "out"), partition_by=["customer"])
+    fixed = twopc.create_sink(
+        "files", path=str(tmp_path / "out"), partition_by=["customer"], write_path=write_path
+    )
     _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(fixed, "orders"))
     assert_exactly_once(read_ids(tmp_path / "out"), expected)
 

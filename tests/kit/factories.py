@@ -11,7 +11,13 @@ from twopc.testing import MemoryTaskSink
 
 
 def files_sink(target: str) -> Sink[object]:
+    """The files sink as users get it: under Spark, phase 1 runs in Spark's own writer."""
     return twopc.create_sink("files", path=target, format="parquet")
+
+
+def files_python_sink(target: str) -> Sink[object]:
+    """The files sink with phase 1 in Python tasks under Spark too."""
+    return twopc.create_sink("files", path=target, format="parquet", write_path="python")
 
 
 @functools.cache

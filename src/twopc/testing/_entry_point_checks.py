@@ -18,7 +18,12 @@ from twopc._paths import CommitPath
 from twopc.protocol import Sink
 from twopc.testing._base import SinkChecks, expect, fail, guarantee
 from twopc.testing._runner import batch_ids
-from twopc.testing._spark_checks import INPUT_SCHEMA, spark_input, spark_session
+from twopc.testing._spark_checks import (
+    INPUT_SCHEMA,
+    spark_input,
+    spark_session,
+    writes_with_spark,
+)
 
 __all__ = ["EntryPointChecks"]
 
@@ -154,9 +159,13 @@ class EntryPointChecks(SinkChecks):
         sink = self.make_sink(target)
         partition = 0 if sink.single_task else 1
         faults = twopc.FaultPlan.parse(f"after_invoke:raise@partition={partition}")
+        frame = self._batch_frame(tmp_path)
+        if writes_with_spark(sink):
+            # no Python task to fail: a row fails every attempt of its Spark write task
+            frame, faults = _failing_row(frame), twopc.FaultPlan()
         with pytest.raises(twopc.TwoPCError):
             twopc.write_batch(
-                self._batch_frame(tmp_path),
+                frame,
                 sink,
                 f"kit-{uuid.uuid4().hex[:8]}",
                 write_id="k1",
@@ -348,3 +357,14 @@ def _register(spark: Any) -> None:
         twopc.register(spark)
     except twopc.ConfigurationError as exc:
         pytest.skip(str(exc))
+
+
+def _failing_row(frame: Any) -> Any:
+    """``frame`` with one row that fails whatever evaluates it (``raise_error``, whose
+    message depends on the row so that it is not raised while planning)."""
+    from pyspark.sql import functions as F
+
+    ids = sorted(int(row[0]) for row in frame.select("id").collect())
+    bad = ids[len(ids) // 2]
+    message = F.concat(F.lit("kit: bad row "), F.col("id").cast("string"))
+    return frame.where(F.when(F.col("id") == bad, F.raise_error(message)).otherwise(F.lit(True)))
