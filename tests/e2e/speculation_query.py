@@ -3,8 +3,10 @@ cases (a Spark start costs more than a case).
 
 ``python tests/e2e/speculation_query.py MASTER CASES_JSON``: each case is an object with a
 chaos ``spec`` (JSON), the ``faults`` that make one task slow, an ``input`` directory and a
-``checkpoint``. One JSON line per case on stdout: the attempts each partition's report came
-from, the batch status, or the error.
+``checkpoint``; or, for the files sink's Spark write path (no Python task to slow down),
+``slow_ms``: every row of partition 1 is delayed that long in the JVM. One JSON line per
+case on stdout: the attempts each partition's report came from, the batch status, or the
+error.
 """
 
 from __future__ import annotations
@@ -47,11 +49,18 @@ def main() -> int:
         )
         if spec.backend == "kafka":
             frame = frame.withColumn("key", F.col("id").cast("string"))
+        if case.get("slow_ms"):
+            # written, so that the optimizer keeps it; per row, so that it is not folded
+            sleep = (
+                f"reflect('java.lang.Thread', 'sleep', cast({case['slow_ms']} + id * 0 as bigint))"
+            )
+            slow = F.when(F.spark_partition_id() == 1, F.expr(sleep))
+            frame = frame.withColumn("slowed", slow)
         writer = twopc.foreach_batch(
             build_sink(spec),
             sink_id=spec.sink_id,
             commit_log=spec.commit_log(case["checkpoint"]),
-            faults=twopc.FaultPlan.parse(case["faults"]),
+            faults=twopc.FaultPlan.parse(case.get("faults", "")),
         )
         query = (
             frame.writeStream.option("checkpointLocation", case["checkpoint"])

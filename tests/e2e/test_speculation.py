@@ -6,8 +6,13 @@ ends, both when attempt 0 loses and when the speculative copy loses."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ import pytest
 
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.targets import Target, make_target
+from tests.e2e import entry_runs
 from tests.e2e.backend_cases import add_input
 from tests.e2e.standalone import standalone_cluster
 from tests.helpers import run_process
@@ -128,3 +134,59 @@ def test_speculative_copies_commit_exactly_one_attempt(
     finally:
         for target, spec, _, _ in runs:
             target.cleanup(spec)
+
+
+@pytest.mark.extended
+def test_speculative_copy_on_the_spark_write_path(tmp_path: Path, cluster: str) -> None:
+    """The files sink's Spark write path: partition 1's rows are slow in the JVM, Spark
+    starts a copy of its write task on the other host, and its own output committer keeps
+    one attempt's files (attempt 0's, which started first, in practice). The copy, killed
+    while it writes, leaves nothing: every row is committed once, under twopc's names, and
+    nothing stays staged once the batch ends."""
+    target = make_target("files", {})
+    name = f"sp-{uuid.uuid4().hex[:10]}"
+    spec = target.prepare(name, "parquet", tmp_path / name, kafka_partitions=2)
+    spec = replace(spec, options=json.dumps({"write_path": "spark"}))
+    expected = add_input(tmp_path / name / "in", 0)
+    case = {
+        "spec": spec.dumps(),
+        "slow_ms": 1000,
+        "input": str(tmp_path / name / "in"),
+        "checkpoint": str(tmp_path / name / "chk"),
+    }
+    args = ["tests/e2e/speculation_query.py", cluster, json.dumps([case])]
+    # the task attempts of partition 1 that wrote into Spark's committer's directories
+    attempt = re.compile(r"attempt_\w+_m_000001_\d+")
+    out = Path(spec.address)
+    seen: set[str] = set()
+    everything: set[str] = set()
+    log, events = tmp_path / "query.log", tmp_path / "events.jsonl"
+    with log.open("w") as output, events.open("w") as stdout:
+        query = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=stdout,
+            stderr=output,
+            env=entry_runs._env(),
+            cwd=entry_runs.REPO,
+        )
+    try:
+        deadline = time.monotonic() + 400
+        while query.poll() is None:
+            assert time.monotonic() < deadline, "the query did not end"
+            for path in out.glob("_twopc_staging/*/*/*/spark-*/_temporary/**/*"):
+                everything.add(str(path.relative_to(out)))
+                if attempt.fullmatch(path.name):
+                    seen.add(path.name)
+            time.sleep(0.05)
+    finally:
+        if query.poll() is None:
+            query.kill()
+            query.wait()
+    assert query.returncode == 0, log.read_text()[-3000:]
+    report = json.loads(events.read_text().strip().splitlines()[-1])
+    assert "error" not in report, report
+    assert len(seen) >= 2, f"Spark ran no copy of partition 1's write task: {sorted(everything)}"
+    committed = target.committed(spec)
+    assert sorted(i for i, n in committed.items() if n > 1) == []
+    assert set(committed) == expected
+    assert target.leftovers(spec) == []
