@@ -12,7 +12,9 @@ order:
   (twopc's phase 1 is such a job);
 * ``twopc_null``: twopc with a sink that writes nothing, so everything measured is twopc's
   coordination (recovery check, phase 1 job, decision record, commit, log pruning);
-* ``twopc_files`` / ``spark_parquet``: a real small write, for scale.
+* ``twopc_files`` / ``spark_parquet``: a real small write, for scale; ``twopc_files`` is
+  the files sink as ``write_path="auto"`` runs it here (Spark's own writer),
+  ``twopc_files_python`` the same with phase 1 in Python tasks.
 """
 
 from __future__ import annotations
@@ -70,7 +72,15 @@ class NullSink(twopc.Sink[NullTransaction], twopc.CommitsOnDriver):
         return []
 
 
-VARIANTS = ("empty", "spark_noop_job", "python_job", "twopc_null", "spark_parquet", "twopc_files")
+VARIANTS = (
+    "empty",
+    "spark_noop_job",
+    "python_job",
+    "twopc_null",
+    "spark_parquet",
+    "twopc_files",
+    "twopc_files_python",
+)
 
 
 def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -97,6 +107,9 @@ def _writers(config: BenchConfig) -> dict[str, Any]:
         df.write.mode("append").parquet(parquet)
 
     files = twopc.create_sink("files", path=str(root / "twopc"), format="parquet")
+    files_python = twopc.create_sink(
+        "files", path=str(root / "twopc-python"), format="parquet", write_path="python"
+    )
     return {
         "empty": empty,
         "spark_noop_job": spark_noop_job,
@@ -106,6 +119,7 @@ def _writers(config: BenchConfig) -> dict[str, Any]:
         ),
         "spark_parquet": spark_parquet,
         "twopc_files": twopc.foreach_batch(files, sink_id="bench-files-small"),
+        "twopc_files_python": twopc.foreach_batch(files_python, sink_id="bench-files-python-small"),
     }
 
 

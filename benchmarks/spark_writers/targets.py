@@ -76,12 +76,17 @@ class Target(ABC):
 
 
 class FilesTarget(Target):
-    name = "files"
-    spark_label = "df.write.parquet"
-    twopc_label = "twopc files (parquet)"
+    """The files sink on one write path: ``spark`` (Spark's own writer runs phase 1, what
+    ``auto`` chooses on a local disk) or ``python`` (Python tasks write with pyarrow)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root / "files"
+    spark_label = "df.write.parquet"
+
+    def __init__(self, root: Path, write_path: str = "spark") -> None:
+        self.write_path = write_path
+        self.name = "files" if write_path == "spark" else f"files_{write_path}"
+        where = "Spark's writer" if write_path == "spark" else "Python tasks"
+        self.twopc_label = f"twopc files (parquet, {where})"
+        self.root = root / self.name
 
     def _dir(self, side: str) -> Path:
         return self.root / side
@@ -91,11 +96,13 @@ class FilesTarget(Target):
         self.root.mkdir(parents=True)
 
     def twopc_sink(self) -> twopc.Sink[Any]:
-        return twopc.create_sink("files", path=str(self._dir("twopc")), format="parquet")
+        return twopc.create_sink(
+            "files", path=str(self._dir("twopc")), format="parquet", write_path=self.write_path
+        )
 
     def twopc_writer(self, work: Path) -> Writer:
         # the files sink keeps its commit log next to the data (its manifests)
-        return twopc.foreach_batch(self.twopc_sink(), sink_id="bench-files")
+        return twopc.foreach_batch(self.twopc_sink(), sink_id=f"bench-{self.name}")
 
     def spark_writer(self) -> Writer:
         path = str(self._dir("spark"))
@@ -435,7 +442,8 @@ def build_targets(
     postgres = Database.parse(endpoints.postgres_dsn, 5432)
     mysql = Database.parse(endpoints.mysql_dsn, 3306)
     factories: dict[str, Callable[[], Target]] = {
-        "files": lambda: FilesTarget(config.work_dir),
+        "files": lambda: FilesTarget(config.work_dir, "spark"),
+        "files_python": lambda: FilesTarget(config.work_dir, "python"),
         "postgres_append": lambda: PostgresTarget(postgres, "append", config),
         "postgres_upsert": lambda: PostgresTarget(postgres, "upsert", config),
         "mysql_append": lambda: MySQLTarget(mysql, "append", config),
