@@ -60,6 +60,7 @@ from twopc import (
     TransientSinkError,
     WorkKind,
 )
+from twopc_jdbc._evolution import TableColumn, new_columns
 from twopc_jdbc._options import ConnectionSettings, SqlOptions, TableName
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "SqlTransaction",
     "TransactionId",
     "attempt_lock_name",
+    "evolution_lock_name",
 ]
 
 _log = logging.getLogger("twopc.jdbc")
@@ -200,6 +202,17 @@ def attempt_lock_name(of: TaskContext | Committable) -> AttemptLock:
     return AttemptLock(f"twopc-{digest.hex()[:40]}", keys)
 
 
+def evolution_lock_name(database: str | None, table: TableName) -> AttemptLock:
+    """The lock that serializes schema evolution of one table (``GET_LOCK`` names are
+    server-wide, so the database is part of it; advisory locks are per database)."""
+    digest = hashlib.sha256(f"evolve\0{database}\0{table}".encode()).digest()
+    keys = (
+        int.from_bytes(digest[:4], "big") & 0x7FFFFFFF,
+        int.from_bytes(digest[4:8], "big") & 0x7FFFFFFF,
+    )
+    return AttemptLock(f"twopc-evolve-{digest.hex()[:40]}", keys)
+
+
 @dataclass
 class SqlTransaction:
     """One task's open database transaction."""
@@ -253,6 +266,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         order_column: str | None = None,
         delete_column: str | None = None,
         create_table: bool = False,
+        schema_evolution: str = "none",
         transaction_mode: str = "transaction",
         marker_table: str = "twopc_markers",
         lock_timeout_seconds: float = 60.0,
@@ -269,6 +283,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             order_column=order_column,
             delete_column=delete_column,
             create_table=create_table,
+            schema_evolution=schema_evolution,
             transaction_mode=transaction_mode,
             marker_table=TableName.parse(marker_table),
             lock_timeout_seconds=lock_timeout_seconds,
@@ -339,6 +354,23 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     @abstractmethod
     def table_columns(self, conn: Any, table: TableName) -> list[str] | None:
         """The table's column names, or None if it does not exist."""
+
+    @abstractmethod
+    def table_schema(self, conn: Any, table: TableName) -> list[TableColumn] | None:
+        """The table's columns with type, nullability and default, or None if it does not
+        exist (``information_schema.columns``)."""
+
+    @abstractmethod
+    def evolution_session(self, txn: SqlTransaction) -> contextlib.AbstractContextManager[Any]:
+        """A connection on which the task checks and adds columns, holding the table's
+        schema-evolution lock, so that one task of a batch adds a column and the others
+        find it. Either the task's own transaction (the column commits or rolls back with
+        the partition's rows) or a short transaction of its own, committed on leaving."""
+
+    @abstractmethod
+    def add_columns(self, conn: Any, table: TableName, fields: Sequence[pa.Field]) -> None:
+        """Add ``fields`` to ``table`` as nullable columns; a column that exists by now (a
+        concurrent writer added it) is not an error."""
 
     @abstractmethod
     def create_table(self, schema: pa.Schema) -> None:
@@ -571,6 +603,8 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                     f"column {column!r} is not in the data (columns: {schema.names})"
                 )
         try:
+            if self.options.schema_evolution == "add_columns":
+                self._evolve(txn, [schema.field(n) for n in names])
             existing = self.table_columns(txn.conn, self.options.table)
             if existing is None and self.options.create_table:
                 self.create_table(
@@ -596,6 +630,26 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             )
         txn.columns = tuple(names)
         txn.checked = True
+
+    def _evolve(self, txn: SqlTransaction, fields: Sequence[pa.Field]) -> None:
+        """``schema_evolution="add_columns"``: check the data's columns against the table and
+        add the ones it lacks, before the task writes a row (see :mod:`._evolution`)."""
+        table = self.options.table
+        with self.evolution_session(txn) as conn:
+            columns = self.table_schema(conn, table)
+            if columns is None:
+                return  # create_table, or the error that the table does not exist
+            added = new_columns(fields, columns, str(table))
+            if added:
+                self.add_columns(conn, table, added)
+                _log.info(
+                    "sink %r batch %d partition %d: added column(s) %s to table %s",
+                    txn.ctx.sink_id,
+                    txn.ctx.batch_id,
+                    txn.ctx.partition,
+                    ", ".join(f"{f.name} ({f.type})" for f in added),
+                    table,
+                )
 
     def _check_keys(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
         for column in self.options.key_columns:

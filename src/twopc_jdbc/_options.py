@@ -10,10 +10,18 @@ from urllib.parse import unquote, urlsplit
 
 from twopc import ConfigurationError
 
-__all__ = ["MODES", "TRANSACTION_MODES", "ConnectionSettings", "SqlOptions", "TableName"]
+__all__ = [
+    "MODES",
+    "SCHEMA_EVOLUTIONS",
+    "TRANSACTION_MODES",
+    "ConnectionSettings",
+    "SqlOptions",
+    "TableName",
+]
 
 MODES = ("append", "upsert")
 TRANSACTION_MODES = ("transaction", "two_phase")
+SCHEMA_EVOLUTIONS = ("none", "add_columns")
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,8 @@ class SqlOptions:
     order_column: str | None = None
     delete_column: str | None = None
     create_table: bool = False
+    schema_evolution: str = "none"
+    """``add_columns``: add the data's new columns to the table as nullable columns."""
     transaction_mode: str = "transaction"
     marker_table: TableName = TableName("twopc_markers")
     lock_timeout_seconds: float = 60.0
@@ -114,6 +124,11 @@ class SqlOptions:
             raise ConfigurationError(
                 f"transaction_mode must be one of {', '.join(TRANSACTION_MODES)}, "
                 f"not {self.transaction_mode!r}"
+            )
+        if self.schema_evolution not in SCHEMA_EVOLUTIONS:
+            raise ConfigurationError(
+                f"schema_evolution must be one of {', '.join(SCHEMA_EVOLUTIONS)}, "
+                f"not {self.schema_evolution!r}"
             )
         if self.mode == "upsert" and not self.key_columns:
             raise ConfigurationError("mode='upsert' needs key_columns")

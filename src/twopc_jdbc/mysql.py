@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,9 @@ from twopc_jdbc._base import (
     SqlTransaction,
     TransactionId,
     _close_quietly,
+    evolution_lock_name,
 )
+from twopc_jdbc._evolution import TableColumn
 from twopc_jdbc._options import TableName
 
 __all__ = ["MySQLSink", "quote_identifier"]
@@ -55,6 +57,7 @@ _STAGING_PREFIX = "twopc_stage_"
 # worker); the task's retry runs as a new attempt, under a new XID.
 _TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927, 1440})
 _XAER_NOTA = 1397
+_DUPLICATE_COLUMN = 1060
 _CSV_OPTIONS = pacsv.WriteOptions(
     include_header=False, null_string="NULL", quoting_style="all_valid"
 )
@@ -126,7 +129,9 @@ def _mysql_type(field: pa.Field, is_key: bool) -> str:
     for matches, name in _MYSQL_TYPES:
         if matches(t):
             return name
-    raise ConfigurationError(f"create_table cannot map the Arrow type {t} to MySQL")
+    raise ConfigurationError(
+        f"create_table and schema_evolution cannot map the Arrow type {t} to MySQL"
+    )
 
 
 def _csv_ready(batch: pa.RecordBatch) -> pa.Table:
@@ -345,6 +350,55 @@ class MySQLSink(SqlSink):
             )
             rows = cursor.fetchall()
         return [str(r[0]) for r in rows] or None
+
+    def table_schema(self, conn: Any, table: TableName) -> list[TableColumn] | None:
+        with conn.cursor() as cursor:
+            # MariaDB shows the default of a nullable column without one as 'NULL'
+            cursor.execute(
+                "SELECT column_name, data_type, is_nullable = 'YES', column_default IS NOT NULL "
+                "OR extra LIKE '%%auto_increment%%' OR extra LIKE '%%GENERATED%%' "
+                "FROM information_schema.columns WHERE "
+                "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
+                "ORDER BY ordinal_position",
+                (table.schema, table.name),
+            )
+            rows = cursor.fetchall()
+        return [TableColumn(str(n), str(t), bool(null), bool(d)) for n, t, null, d in rows] or None
+
+    @contextlib.contextmanager
+    def evolution_session(self, txn: SqlTransaction) -> Iterator[Any]:
+        # DDL commits implicitly and is refused inside XA: always on a connection of its
+        # own, before the task writes. GET_LOCK serializes the tasks of a batch: the first
+        # adds the columns, the others find them and never ALTER a table on which a
+        # prepared sibling holds its metadata lock.
+        conn = self.connect(autocommit=True)
+        lock = evolution_lock_name(self.settings.database, self.options.table)
+        wait = max(1, int(self.options.lock_timeout_seconds))
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SET SESSION lock_wait_timeout = %s", (wait,))
+                cursor.execute("SELECT GET_LOCK(%s, %s)", (lock.text, wait))
+                row = cursor.fetchone()
+            if not row or row[0] != 1:
+                raise TransientSinkError(
+                    f"schema evolution of {self.options.table}: another task held its lock "
+                    f"for more than {wait} s"
+                )
+            yield conn
+        finally:
+            _close_quietly(conn)  # releases the lock
+
+    def add_columns(self, conn: Any, table: TableName, fields: Sequence[pa.Field]) -> None:
+        for f in fields:
+            with conn.cursor() as cursor:
+                try:
+                    cursor.execute(
+                        f"ALTER TABLE {_table(table)} ADD COLUMN "
+                        f"{quote_identifier(f.name)} {_mysql_type(f, False)} NULL"
+                    )
+                except pymysql.MySQLError as exc:
+                    if _code(exc) != _DUPLICATE_COLUMN:  # another writer added it meanwhile
+                        raise
 
     def create_table(self, schema: pa.Schema) -> None:
         keys = set(self.options.key_columns)

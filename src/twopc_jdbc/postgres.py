@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -35,7 +35,9 @@ from twopc_jdbc._base import (
     SqlTransaction,
     TransactionId,
     _close_quietly,
+    evolution_lock_name,
 )
+from twopc_jdbc._evolution import TableColumn
 from twopc_jdbc._options import TableName
 from twopc_jdbc._pgcopy import HEADER, TRAILER, Encoder, encoder_for
 
@@ -117,7 +119,9 @@ def _pg_type(arrow_type: pa.DataType) -> str:
     for matches, name in _PG_TYPES:
         if matches(arrow_type):
             return name
-    raise ConfigurationError(f"create_table cannot map the Arrow type {arrow_type} to PostgreSQL")
+    raise ConfigurationError(
+        f"create_table and schema_evolution cannot map the Arrow type {arrow_type} to PostgreSQL"
+    )
 
 
 class PostgresSink(SqlSink):
@@ -133,6 +137,10 @@ class PostgresSink(SqlSink):
             value wins; input order breaks ties.
         delete_column: a boolean column; rows where it is true delete their key instead.
         create_table: create the table from the data's schema if it does not exist.
+        schema_evolution: ``none`` (the data's columns must exist) or ``add_columns``:
+            add the data's new columns as nullable columns, in the task's transaction in
+            ``transaction`` mode, in a transaction of their own before the rows in
+            ``two_phase`` mode; changes it cannot follow fail the batch first.
         transaction_mode: ``transaction`` (commit in each task) or ``two_phase``
             (``PREPARE TRANSACTION`` in the task, ``COMMIT PREPARED`` on the driver).
         marker_table: where commit markers live (created if missing).
@@ -338,6 +346,52 @@ class PostgresSink(SqlSink):
             (table.schema, table.name),
         ).fetchall()
         return [r[0] for r in rows] or None
+
+    def table_schema(self, conn: Any, table: TableName) -> list[TableColumn] | None:
+        rows = conn.execute(
+            "SELECT column_name, data_type, is_nullable = 'YES', column_default IS NOT NULL "
+            "OR is_identity = 'YES' OR is_generated <> 'NEVER' FROM information_schema.columns "
+            "WHERE table_schema = coalesce(%s, current_schema()) AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (table.schema, table.name),
+        ).fetchall()
+        return [
+            TableColumn(str(n), str(t), bool(null), bool(dflt)) for n, t, null, dflt in rows
+        ] or None
+
+    @contextlib.contextmanager
+    def evolution_session(self, txn: SqlTransaction) -> Iterator[Any]:
+        # Transaction mode: in the task's transaction, so a partition that rolls back takes
+        # its ALTER with it; ALTER's ACCESS EXCLUSIVE lock makes the batch's other partitions
+        # wait for this one's commit (only in the batch that brings the column).
+        if not self.two_phase:
+            yield txn.conn
+            return
+        # two_phase: a prepared branch would hold ACCESS EXCLUSIVE until the driver commits,
+        # after every partition prepared: the others could never write. Commit it first.
+        conn = self.connect(autocommit=False)
+        try:
+            timeout = f"{int(self.options.lock_timeout_seconds * 1000)}ms"
+            conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(timeout)))
+            lock = evolution_lock_name(self.settings.database, self.options.table)
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
+            yield conn
+            conn.commit()
+        finally:
+            _close_quietly(conn)
+
+    def add_columns(self, conn: Any, table: TableName, fields: Sequence[pa.Field]) -> None:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} {}").format(
+                self._ident(table),
+                sql.SQL(", ").join(
+                    sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(
+                        sql.Identifier(f.name), sql.SQL(_pg_type(f.type))
+                    )
+                    for f in fields
+                ),
+            )
+        )
 
     def create_table(self, schema: pa.Schema) -> None:
         columns = [
