@@ -1,12 +1,16 @@
 """A checkpointed query on the local engine writing to Postgres or MariaDB, run as its own
 process by the crash tests. Input: batch b, partition p holds ids b*1000 + p*rows + i.
-Fault injection comes from TWOPC_FAULTS.
+Fault injection comes from TWOPC_FAULTS. With ``--new-column-from B`` batches from B on
+bring a column ``extra`` (id * 2) that the table lacks (``schema_evolution="add_columns"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import twopc
 from tests.e2e.local_query import make_batches
@@ -25,7 +29,14 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--sink-id", default="sql-orders")
+    parser.add_argument("--new-column-from", type=int, default=-1)
     args = parser.parse_args()
+    batches = make_batches(args.batches, args.partitions, args.rows)
+    if args.new_column_from >= 0:
+        batches = [
+            [with_extra(t) for t in parts] if b >= args.new_column_from else parts
+            for b, parts in enumerate(batches)
+        ]
     sink = twopc.create_sink(
         args.backend,
         dsn=args.dsn,
@@ -33,10 +44,16 @@ def main() -> int:
         mode=args.mode,
         key_columns=["id"] if args.mode == "upsert" else (),
         transaction_mode=args.transaction_mode,
+        schema_evolution="add_columns" if args.new_column_from >= 0 else "none",
     )
-    stream = LocalStream(args.checkpoint, make_batches(args.batches, args.partitions, args.rows))
+    stream = LocalStream(args.checkpoint, batches)
     stream.run(foreach_batch(sink, args.sink_id, commit_log=f"{args.checkpoint}/twopc-log"))
     return 0
+
+
+def with_extra(table: pa.Table) -> pa.Table:
+    doubled = pc.multiply(table.column("id"), 2)
+    return table.append_column("extra", doubled)
 
 
 if __name__ == "__main__":
