@@ -8,6 +8,7 @@ id framed into each value.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +226,42 @@ def test_a_request_the_registry_refuses_fails_the_batch_for_good(
     assert "sink 'refused', batch 0, partition 0" in message
     assert f"the schema registry at {schema_registry_url} refused the request: HTTP 404" in message
     assert read_messages(kafka_bootstrap, topic) == []
+
+
+def test_an_incompatible_schema_gives_the_registrys_message_and_produces_nothing(
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    registry: SchemaRegistryClient,
+    tmp_path: Path,
+) -> None:
+    """Schema evolution on Kafka is the registry's: under BACKWARD compatibility a new
+    required field (no default) is refused with the registry's own message, the batch fails
+    before anything is produced, and batch 0's messages stay the only ones."""
+    topic = create_topic(kafka_bootstrap)
+    log = str(tmp_path / "log")
+    first = _sink(kafka_bootstrap, topic, "avro", schema_registry_url)
+    foreach_batch(first, "evolve", commit_log=log).write(
+        "q", 0, [pa.Table.from_pylist(_rows("avro", range(2)))]
+    )
+    registry.set_compatibility(f"{topic}-value", "BACKWARD")
+    schema = json.loads(ORDER_AVRO_SCHEMA)
+    schema["fields"].append({"name": "qty", "type": "long"})  # required: not backward
+    second = twopc.create_sink(
+        "kafka",
+        bootstrap_servers=kafka_bootstrap,
+        topic=topic,
+        key_column="name",
+        value_format="avro",
+        schema_registry_url=schema_registry_url,
+        value_schema=json.dumps(schema),
+        operation_timeout_seconds=20,
+    )
+    rows = [{**row, "qty": 1} for row in _rows("avro", range(2, 4))]
+    with pytest.raises(twopc.BatchFailedError) as failure:
+        foreach_batch(second, "evolve", commit_log=log).write("q", 1, [pa.Table.from_pylist(rows)])
+    message = str(failure.value)
+    assert "sink 'evolve', batch 1, partition 0" in message
+    assert f"the schema registry at {schema_registry_url} refused the request: HTTP 409" in message
+    assert "incompatib" in message.lower(), message
+    messages = read_messages(kafka_bootstrap, topic)
+    assert sorted(r["id"] for r in _decode(registry, "avro", topic, messages)) == [0, 1]
