@@ -5,6 +5,7 @@ is SIGKILLed after the batch's decision and the query restarted from its checkpo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -29,7 +30,9 @@ def test_new_column_through_a_driver_kill_after_the_decision(
     source.mkdir()
     for f in range(FILES):
         lines = [json.dumps({"id": f * 100 + i, "payload": f"f{f}"}) for i in range(ROWS)]
-        (source / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
+        path = source / f"part-{f:03d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # one batch per file, in order
     args = [
         "tests/e2e/spark_schema_query.py",
         str(source),
@@ -52,7 +55,8 @@ def test_new_column_through_a_driver_kill_after_the_decision(
         assert columns == [("id", "YES"), ("payload", "YES"), ("extra", "YES")]
         rows = db.query(f"SELECT id, extra FROM {table} ORDER BY id")
         assert [r[0] for r in rows] == [f * 100 + i for f in range(FILES) for i in range(ROWS)]
-        assert all(extra == (None if row_id < 100 else row_id * 2) for row_id, extra in rows)
+        wrong = [(i, e) for i, e in rows if e != (None if i < 100 else i * 2)]
+        assert wrong == [], f"batch 0 (file 0) has no extra, later batches id * 2: {wrong[:5]}"
         assert db.prepared(f"evolve-{table}") == []
     finally:
         db.query(f"DROP TABLE IF EXISTS {table}")
