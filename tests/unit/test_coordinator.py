@@ -582,9 +582,7 @@ class LingeringSink(MemoryTaskSink):
         return 3
 
 
-def test_lingering_transactions_aborted_are_counted_apart(
-    tmp_path: Path, store_name: str
-) -> None:
+def test_lingering_transactions_aborted_are_counted_apart(tmp_path: Path, store_name: str) -> None:
     coordinator(LingeringSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
     restarted = coordinator(LingeringSink(store_name), tmp_path)
     metrics = restarted.run_batch(QUERY, 1, engine(1))

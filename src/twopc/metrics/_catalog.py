@@ -37,6 +37,9 @@ _UNIT_SUFFIX = {"s": "seconds", "By": "bytes"}
 
 
 class Kind(StrEnum):
+    """What an instrument is: a counter (monotonic sums), a histogram (durations) or a
+    gauge (the last value)."""
+
     COUNTER = "counter"
     HISTOGRAM = "histogram"
     GAUGE = "gauge"
@@ -192,3 +195,4 @@ CATALOG: tuple[Instrument, ...] = (
         _source_lag,
     ),
 )
+"""Every instrument the exporters report, in the order they record them."""
