@@ -21,6 +21,7 @@ from twopc.metrics import (
     OpenTelemetryExporter,
     PrometheusExporter,
     combine,
+    observe,
     prometheus_name,
     start_prometheus_server,
 )
@@ -208,3 +209,18 @@ def test_exporters_refuse_to_be_shipped_to_another_process() -> None:
     for exporter in exporters:
         with pytest.raises(twopc.ConfigurationError, match="over Spark Connect"):
             pickle.dumps(exporter)
+
+
+class ConnectFrame:
+    """Stands in for a Spark Connect DataFrame: records what ``observe`` asks of it."""
+
+    __module__ = "pyspark.sql.connect.dataframe"
+
+    def observe(self, name: str, *exprs: Any) -> tuple[str, list[str]]:
+        return name, [str(e) for e in exprs]
+
+
+def test_observe_counts_rows_under_the_twopc_name_on_a_connect_frame() -> None:
+    """Connect's columns are built without a server, so the expression can be read here;
+    the e2e test runs the classic path in a real query."""
+    assert observe(ConnectFrame()) == ("twopc", ["Column<'count(1) AS rows'>"])

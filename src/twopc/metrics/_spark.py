@@ -18,6 +18,8 @@ def observe(df: Any, name: str = OBSERVED_NAME) -> Any:
     handed to the sink, next to twopc's own figures in the exporters. Works for classic and
     Spark Connect DataFrames, with ``foreachBatch`` and ``format("twopc")``.
     """
-    from pyspark.sql import functions as F
-
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect import functions as F
+    else:
+        from pyspark.sql import functions as F  # type: ignore[no-redef]
     return df.observe(name, F.count(F.lit(1)).alias("rows"))
