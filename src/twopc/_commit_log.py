@@ -197,14 +197,15 @@ class BatchRun:
 @dataclass(frozen=True)
 class BatchState:
     """What the log says about one batch, read with one listing of the query's directory:
-    its decision, whether phase 2 finished, its runs, the query's newest decision, and the
-    query's batches that were finished then (for the log's retention)."""
+    its decision, whether phase 2 finished, its runs, the query's newest decision, the
+    query's batches that were finished then (for the log's retention) and those decided."""
 
     decision: Decision | None
     done: bool
     runs: list[BatchRun]
     newest_decided: int | None
     finished: tuple[int, ...] = ()
+    decided: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,7 @@ class CommitLog:
             runs=runs,
             newest_decided=max(decided) if decided else None,
             finished=tuple(sorted(set(decided) & set(_batches(names, _DONE_SUFFIX)))),
+            decided=tuple(sorted(decided)),
         )
 
     def newest_runs(

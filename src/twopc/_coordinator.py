@@ -69,11 +69,13 @@ _WHAT_STAYS = {
 
 @dataclass
 class RecoveryStats:
-    """What one recovery did."""
+    """What one recovery did. ``lingering``: the part of ``aborted`` that were transactions
+    earlier runs left open (an in-task sink's lingering sweep)."""
 
     committed: int = 0
     aborted: int = 0
     swept: int = 0
+    lingering: int = 0
 
 
 class Coordinator:
@@ -136,7 +138,8 @@ class Coordinator:
             stats.committed += len(decision.committables)
         if self._driver is not None:
             stats.aborted = self._abort_undecided(self._driver, steps)
-        stats.aborted += self._sweep_earlier_footprints(steps)
+        stats.lingering = self._sweep_earlier_footprints(steps)
+        stats.aborted += stats.lingering
         steps.note("sweeping leftovers that never prepared")
         stats.swept = self._sweep()
         self._recovered = True
@@ -326,12 +329,15 @@ class Coordinator:
             query_id,
             batch_id,
             status=BatchStatus.SKIPPED,
+            backend=self.sink.backend_name,
             recover_seconds=recovered_at - started,
             recovered_committed=recovery.committed,
             recovered_aborted=recovery.aborted,
             swept=recovery.swept,
+            lingering_aborted=recovery.lingering,
         )
         state = self.commit_log.batch_state(query_id, batch_id)
+        base = replace(base, commit_log_batches=len(state.decided))
         if query_id not in self._markers_checked:
             self._guard.markers_not_ahead(query_id, batch_id, state)
             self._markers_checked.add(query_id)
@@ -408,6 +414,7 @@ class Coordinator:
             commit_retries=retries,
             recovered_aborted=base.recovered_aborted + aborted,
             swept=base.swept + swept,
+            commit_log_batches=self._log_batches_after(state, batch_id),
             tasks=tasks,
         )
         return self._finish(metrics_with_progress(metrics, published), started)
@@ -552,10 +559,19 @@ class Coordinator:
         latest batch, and the ordering check only needs the newest decision. ``finished``:
         the query's finished batches as the batch's one listing saw them (a batch finished
         since is forgotten after the next batch)."""
-        horizon = batch_id - self.log_retention
-        done = [b for b in finished if b <= horizon]
+        done = self._beyond_retention(batch_id, finished)
         if done:
             self.commit_log.forget(query_id, done)
+
+    def _beyond_retention(self, batch_id: int, finished: Sequence[int]) -> list[int]:
+        horizon = batch_id - self.log_retention
+        return [b for b in finished if b <= horizon]
+
+    def _log_batches_after(self, state: BatchState, batch_id: int) -> int:
+        """Batches the log holds for the query once this batch is decided and the log
+        pruned (computed from the batch's one listing: no further reads)."""
+        held = set(state.decided) | {batch_id}
+        return len(held) - len(self._beyond_retention(batch_id, state.finished))
 
     def _finish(self, metrics: BatchMetrics, started: float) -> BatchMetrics:
         metrics = replace(metrics, total_seconds=time.monotonic() - started)
@@ -696,7 +712,9 @@ class Coordinator:
             query_id,
             batch_id,
             status=BatchStatus.SKIPPED,
+            backend=self.sink.backend_name,
             recovered_committed=finished,
+            commit_log_batches=len(state.decided),
         )
         present = [r for r in reports if r is not None]
         if state.decision is not None:
@@ -737,7 +755,7 @@ class Coordinator:
         )
         committed_at = time.monotonic()
         published = self.publish_progress(decision)
-        aborted, swept = self._clean_up_reported(decision, run, earlier)
+        cleaned = self._clean_up_reported(decision, run, earlier)
         tasks = tuple(r.metrics for r in sorted(present, key=lambda r: r.partition))
         metrics = replace(
             base,
@@ -749,8 +767,10 @@ class Coordinator:
             decide_seconds=decided_at - written_at,
             commit_seconds=committed_at - decided_at,
             commit_retries=retries,
-            recovered_aborted=aborted,
-            swept=swept,
+            recovered_aborted=cleaned.aborted,
+            swept=cleaned.swept,
+            lingering_aborted=cleaned.lingering,
+            commit_log_batches=self._log_batches_after(state, batch_id),
             tasks=tasks,
         )
         return self._finish(metrics_with_progress(metrics, published), started)
@@ -784,20 +804,23 @@ class Coordinator:
 
     def _clean_up_reported(
         self, decision: Decision, run: BatchRun, earlier: Sequence[BatchRun]
-    ) -> tuple[int, int]:
+    ) -> RecoveryStats:
         """After the commit: abort whatever no decision holds (losing copies of this batch's
         tasks, work a crash left), let an in-task sink abort what earlier runs with another
         naming or more partitions left open, and remove unprepared leftovers. Logged, never
         raised: the batch is committed and the next batch cleans up again."""
         try:
             aborted = self._abort_undecided(self._driver) if self._driver is not None else 0
+            lingering = 0
             if self._in_task is not None:
                 with leaving_sink(
                     self.sink_id, what="aborting an earlier run's open work failed: "
                 ):
                     for footprint in _not_covered(earlier, run.footprint):
-                        aborted += self._in_task.sweep_lingering(self.sink_id, footprint)
-            return aborted, self._sweep()
+                        lingering += self._in_task.sweep_lingering(self.sink_id, footprint)
+            return RecoveryStats(
+                aborted=aborted + lingering, swept=self._sweep(), lingering=lingering
+            )
         except Exception as exc:
             _log.warning(
                 "twopc sink=%s: batch %d is committed, but the clean-up after it failed; the "
@@ -806,7 +829,7 @@ class Coordinator:
                 decision.batch_id,
                 describe_exception(exc),
             )
-            return 0, 0
+            return RecoveryStats()
 
     # -- finishing a decision ------------------------------------------------------------------
 

@@ -37,12 +37,18 @@ class BatchMetrics:
     ``status`` is a :class:`BatchStatus`: ``committed``, ``skipped`` (already committed: a
     replay) or ``failed``.
     Times are wall-clock seconds per phase; ``commit_retries`` counts retried commit calls.
+    ``recovered_aborted`` counts every unit of work recovery and clean-up aborted;
+    ``lingering_aborted`` is the part of it that were transactions earlier runs left open
+    (the lingering sweep of sinks that commit in the task). ``commit_log_batches`` is how
+    many batches of the query the commit log holds after this one (its retention bounds it).
     """
 
     sink_id: str
     query_id: str
     batch_id: int
     status: BatchStatus
+    backend: str = ""
+    """The sink's backend name (``files``, ``kafka``, ...)."""
     partitions: int = 0
     rows: int = 0
     bytes: int = 0
@@ -55,6 +61,8 @@ class BatchMetrics:
     recovered_committed: int = 0
     recovered_aborted: int = 0
     swept: int = 0
+    lingering_aborted: int = 0
+    commit_log_batches: int = 0
     error: str | None = None
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
     source_offsets: dict[str, dict[str, int]] | None = None
@@ -88,6 +96,10 @@ class BatchMetrics:
                 f" recovered_committed={self.recovered_committed}"
                 f" recovered_aborted={self.recovered_aborted} swept={self.swept}"
             )
+        if self.lingering_aborted:
+            text += f" lingering_aborted={self.lingering_aborted}"
+        if self.commit_log_batches:
+            text += f" commit_log_batches={self.commit_log_batches}"
         if self.source_lag is not None:
             text += f" source_lag={self.source_lag}"
         if self.progress_error:

@@ -199,7 +199,12 @@ class BatchWriter:
             self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
             self._record(
                 BatchMetrics(
-                    self.sink_id, query_id, batch_id, status=BatchStatus.FAILED, error=str(error)
+                    self.sink_id,
+                    query_id,
+                    batch_id,
+                    status=BatchStatus.FAILED,
+                    backend=self.sink.backend_name,
+                    error=str(error),
                 )
             )
             raise

@@ -7,6 +7,7 @@ streaming query names what failed and why::
     TwoPCError
     ├── ConfigurationError            bad options; will never succeed as configured
     │   ├── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
+    │   ├── ExtraNotInstalledError    a feature's optional extra is missing (pip install hint)
     │   ├── ReplayMismatchError       a partly committed batch replayed in another shape
     │   └── UnsupportedFormatError    a record written by another twopc or sink version
     ├── PluginError                   plugin discovery and loading
@@ -43,6 +44,7 @@ __all__ = [
     "CommitError",
     "CommitStateUnknownError",
     "ConfigurationError",
+    "ExtraNotInstalledError",
     "InjectedFault",
     "PermanentSinkError",
     "PluginError",
@@ -132,6 +134,11 @@ class ConfigurationError(TwoPCError):
 
 class CheckpointMismatchError(ConfigurationError):
     """The sink's commit log does not match the streaming query's checkpoint."""
+
+
+class ExtraNotInstalledError(ConfigurationError):
+    """A feature needs an optional extra that is not installed; the message says which
+    (``pip install "twopc[prometheus]"``)."""
 
 
 class ReplayMismatchError(ConfigurationError):

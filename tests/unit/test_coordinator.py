@@ -557,3 +557,35 @@ def test_recovery_removes_a_crashed_log_write(
     coord.recover()
     assert not leftover.exists()
     assert Counter(store.visible) == once(0)
+
+
+# -- the metrics' bookkeeping figures -----------------------------------------------------------
+
+
+def test_the_commit_log_size_is_what_the_log_holds_after_each_batch(
+    tmp_path: Path, store_name: str
+) -> None:
+    coord = coordinator(MemoryDriverSink(store_name), tmp_path, log_retention=2)
+    for batch_id in range(5):
+        metrics = coord.run_batch(QUERY, batch_id, engine(batch_id))
+        assert metrics.backend == MemoryDriverSink.backend_name
+        assert metrics.commit_log_batches == len(coord.commit_log.decided_batches(QUERY))
+    replay = coord.run_batch(QUERY, 4, engine(4))
+    assert replay.status == "skipped"
+    assert replay.commit_log_batches == len(coord.commit_log.decided_batches(QUERY))
+
+
+class LingeringSink(MemoryTaskSink):
+    """An in-task sink whose lingering sweep finds three open transactions of earlier runs."""
+
+    def sweep_lingering(self, sink_id: str, footprint: twopc.Footprint) -> int:
+        return 3
+
+
+def test_lingering_transactions_aborted_are_counted_apart(tmp_path: Path, store_name: str) -> None:
+    coordinator(LingeringSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
+    restarted = coordinator(LingeringSink(store_name), tmp_path)
+    metrics = restarted.run_batch(QUERY, 1, engine(1))
+    assert metrics.lingering_aborted == 3
+    assert metrics.recovered_aborted >= 3  # the lingering ones are part of the aborted
+    assert "lingering_aborted=3" in metrics.summary()

@@ -361,3 +361,15 @@ def test_a_decided_batch_planned_over_other_input_is_refused(
     with pytest.raises(twopc.CheckpointMismatchError, match="other input"):
         query.commit(0, query.tasks(0, run=1, replayed=True), fingerprint="offsets-b")
     assert Counter(store.visible) == once(0)
+
+
+@ROLES
+def test_the_commit_reports_the_backend_and_the_commit_log_size(
+    query_of: QueryOf, role: type[twopc.Sink[Any]]
+) -> None:
+    query = query_of(role)
+    sizes = [query.write(batch_id).commit_log_batches for batch_id in range(3)]
+    assert sizes == [1, 2, 3]
+    assert query.write(2).status == "skipped"  # a replay: the log holds as many
+    replay = query.commit(2, query.tasks(2, 1, replayed=True))
+    assert (replay.backend, replay.commit_log_batches) == (role.backend_name, 3)

@@ -90,6 +90,7 @@ PUBLIC = {
         "Committable",
         "ConfigurationError",
         "CrashPoint",
+        "ExtraNotInstalledError",
         "FaultPlan",
         "Footprint",
         "GroupProgress",
@@ -175,6 +176,28 @@ def test_the_testing_helpers_are_pinned() -> None:
         "guarantee",
         "memory_store",
     ]
+
+
+def test_the_metrics_exporters_are_pinned() -> None:
+    import twopc.metrics
+
+    assert twopc.metrics.__all__ == [
+        "CATALOG",
+        "OBSERVED_NAME",
+        "Instrument",
+        "Kind",
+        "OpenTelemetryExporter",
+        "PrometheusExporter",
+        "PrometheusServer",
+        "combine",
+        "observe",
+        "prometheus_name",
+        "start_prometheus_server",
+    ]
+    namespace: dict[str, object] = {}
+    exec("from twopc.metrics import *", namespace)
+    namespace.pop("__builtins__")
+    assert sorted(namespace) == sorted(twopc.metrics.__all__)
 
 
 @pytest.mark.parametrize("module", LAZY, ids=lambda m: m.__name__)

@@ -1,0 +1,113 @@
+"""A real foreachBatch query's metrics where dashboards look: scraped from the Prometheus
+endpoint, read from OpenTelemetry's in-memory reader, and in ``query.lastProgress``."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+import twopc
+from tests.e2e.conftest import write_orders
+from twopc.metrics import (
+    OpenTelemetryExporter,
+    PrometheusExporter,
+    combine,
+    observe,
+    start_prometheus_server,
+)
+
+pytestmark = [pytest.mark.e2e]
+
+BATCHES, ROWS = 3, 50
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """What Prometheus would read: each sample by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def otel_sums(reader: InMemoryMetricReader) -> dict[str, dict[str, float]]:
+    """Each instrument's points, keyed by their phase/status label (or "")."""
+    data = reader.get_metrics_data()
+    assert data is not None
+    found: dict[str, dict[str, float]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    attrs = dict(point.attributes or {})
+                    key = str(attrs.get("phase", attrs.get("status", "")))
+                    value = getattr(point, "value", None)
+                    found.setdefault(metric.name, {})[key] = point.count if value is None else value
+    return found
+
+
+def test_a_query_reports_to_prometheus_opentelemetry_and_its_progress(
+    spark: Any, tmp_path: Path
+) -> None:
+    write_orders(tmp_path / "in", batches=BATCHES, rows_per_batch=ROWS)
+    registry = CollectorRegistry()
+    reader = InMemoryMetricReader()
+    on_metrics = combine(
+        PrometheusExporter(registry),
+        OpenTelemetryExporter(MeterProvider(metric_readers=[reader])),
+    )
+    server = start_prometheus_server(0, "127.0.0.1", registry)
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"))
+    writer = twopc.foreach_batch(sink, sink_id="orders", on_metrics=on_metrics)
+    stream = (
+        spark.readStream.schema("id long, customer string, amount double")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+    )
+    query = (
+        observe(stream)
+        .writeStream.option("checkpointLocation", str(tmp_path / "chk"))
+        .foreachBatch(writer)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+        samples = scrape(server.port)
+    finally:
+        server.close()
+        writer.close()
+    assert [(m.status, m.rows) for m in writer.metrics] == [("committed", ROWS)] * BATCHES
+    query_id = writer.metrics[0].query_id
+    labels = {("sink", "orders"), ("query", query_id), ("backend", "files")}
+
+    # Prometheus, scraped over HTTP
+    assert samples[("twopc_batch_rows_total", frozenset(labels))] == BATCHES * ROWS
+    committed = frozenset(labels | {("status", "committed")})
+    assert samples[("twopc_batches_total", committed)] == BATCHES
+    write = frozenset(labels | {("phase", "write")})
+    assert samples[("twopc_phase_duration_seconds_count", write)] == BATCHES
+    assert samples[("twopc_batch_bytes_total", frozenset(labels))] > 0
+    assert samples[("twopc_commit_log_batches", frozenset(labels))] == BATCHES
+
+    # OpenTelemetry, from the in-memory reader
+    points = otel_sums(reader)
+    assert points["twopc.batch.rows"] == {"": BATCHES * ROWS}
+    assert points["twopc.batches"] == {"committed": BATCHES}
+    assert points["twopc.phase.duration"]["commit"] == BATCHES
+
+    # Spark's own progress: the rows twopc wrote, batch by batch
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    for metrics in writer.metrics:
+        observed = progress[metrics.batch_id]["observedMetrics"]["twopc"]
+        assert observed["rows"] == metrics.rows
+    assert query.lastProgress["observedMetrics"]["twopc"]["rows"] == ROWS
