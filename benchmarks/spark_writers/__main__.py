@@ -4,6 +4,7 @@
     python -m benchmarks.spark_writers --rows 20000 --reps 1 --scaling-rows 40000 \\
         --output /tmp/smoke.json --no-docs                 # a smoke run
     python -m benchmarks.spark_writers render              # docs table from the JSON
+    python -m benchmarks.spark_writers --master standalone # all on a standalone cluster
 
 See docs/benchmarks.md for what is measured and how.
 """
@@ -11,11 +12,15 @@ See docs/benchmarks.md for what is measured and how.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -76,8 +81,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="micro-batches per overhead variant (0: skip)",
     )
     parser.add_argument("--jdbc-batchsize", type=int, default=d.jdbc_batchsize)
-    parser.add_argument("--master", default=d.master)
+    parser.add_argument(
+        "--master",
+        default=d.master,
+        help="Spark master; 'standalone' starts a master and --workers workers from the "
+        "pyspark package for the run and stops them after it",
+    )
     parser.add_argument("--driver-memory", default=d.driver_memory)
+    parser.add_argument("--workers", type=int, default=d.workers, help="standalone workers")
+    parser.add_argument("--worker-cores", type=int, default=d.worker_cores)
+    parser.add_argument("--worker-memory", default=d.worker_memory)
+    parser.add_argument(
+        "--standalone-targets",
+        type=_names,
+        default=d.standalone_targets,
+        help="after the run, the main workload of these targets once more on a standalone "
+        "cluster, in a process of its own ('' for none)",
+    )
     parser.add_argument(
         "--work-dir",
         type=Path,
@@ -108,21 +128,69 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         jdbc_batchsize=args.jdbc_batchsize,
         master=args.master,
         driver_memory=args.driver_memory,
+        workers=args.workers,
+        worker_cores=args.worker_cores,
+        worker_memory=args.worker_memory,
+        standalone_targets=args.standalone_targets if args.master != "standalone" else (),
         work_dir=args.work_dir,
     )
 
 
 def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, Any]:
+    from benchmarks.spark_writers import report, standalone
+
+    started = time.monotonic()
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    with contextlib.ExitStack() as stack:
+        master, conf, cluster = config.master, {}, None
+        if config.master == "standalone":
+            shape = (config.workers, config.worker_cores, config.worker_memory)
+            running = stack.enter_context(standalone.cluster(*shape))
+            master = running.url
+            conf = {
+                "spark.executor.cores": str(config.worker_cores),
+                "spark.executor.memory": config.worker_memory,
+                "spark.cores.max": str(config.workers * config.worker_cores),
+            }
+            cluster = {
+                "url": master,
+                "workers": config.workers,
+                "worker_cores": config.worker_cores,
+                "worker_memory": config.worker_memory,
+            }
+        measured = _measure(config, endpoints, master, conf)
+    payload = {
+        "meta": {
+            "date": report.now(),
+            "command": command,
+            "duration_minutes": round((time.monotonic() - started) / 60, 1),
+            "load_before": load_before,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "machine": report.machine(),
+            "servers": measured.pop("servers"),
+            "spark": measured.pop("packages"),
+            "cluster": cluster,
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
+            "data": "id bigint, s10 string, s40 string, x double, ts timestamp",
+        },
+        **measured,
+        "summary": report.summary(measured["results"]),
+    }
+    return payload
+
+
+def _measure(
+    config: BenchConfig, endpoints: Endpoints, master: str, conf: dict[str, str]
+) -> dict[str, Any]:
+    """Every workload, the overhead and the floor, in one SparkSession on ``master``."""
     from benchmarks.spark_writers import overhead, report, runner
     from benchmarks.spark_writers.session import start_session
     from benchmarks.spark_writers.targets import build_targets
 
-    started = time.monotonic()
-    load_before = [round(x, 2) for x in os.getloadavg()]
     workloads = config.workloads()
     names = tuple(dict.fromkeys(t for w in workloads for t in w.targets))
     targets = build_targets(names, endpoints, config)
-    spark, packages = start_session(config)
+    spark, packages = start_session(config, master, conf)
     results: list[dict[str, Any]] = []
     try:
         for target in targets.values():
@@ -142,25 +210,53 @@ def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, An
         for target in targets.values():
             target.cleanup()
         spark.stop()
-    payload = {
-        "meta": {
-            "date": report.now(),
-            "command": command,
-            "duration_minutes": round((time.monotonic() - started) / 60, 1),
-            "load_before": load_before,
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "machine": report.machine(),
-            "servers": servers,
-            "spark": packages,
-            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()},
-            "data": "id bigint, s10 string, s40 string, x double, ts timestamp",
-        },
+    return {
+        "servers": servers,
+        "packages": packages,
         "results": results,
         "overhead": measured,
         "floor": floor,
-        "summary": report.summary(results),
     }
-    return payload
+
+
+def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
+    """The main workload of ``config.standalone_targets`` on a standalone cluster, in a
+    child process (a JVM of its own for the driver, whose packages resolve afresh); its
+    results for the ``standalone`` part of the JSON."""
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-standalone-") as tmp:
+        output = Path(tmp) / "standalone.json"
+        argv = [
+            "--master", "standalone",
+            "--rows", str(config.rows), "--partitions", str(config.partitions),
+            "--reps", str(config.reps), "--targets", ",".join(config.standalone_targets),
+            "--scaling-partitions", "", "--scaling-rows", "", "--overhead-batches", "0",
+            "--jdbc-batchsize", str(config.jdbc_batchsize),
+            "--driver-memory", config.driver_memory, "--workers", str(config.workers),
+            "--worker-cores", str(config.worker_cores),
+            "--worker-memory", config.worker_memory,
+            "--work-dir", str(config.work_dir / "standalone"),
+            "--output", str(output), "--no-docs", "--no-start-services",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": endpoints.kafka_bootstrap,
+            "POSTGRES_DSN": endpoints.postgres_dsn,
+            "MYSQL_DSN": endpoints.mysql_dsn,
+        }
+        logging.info("the throughput table once more, on a standalone cluster")
+        subprocess.run([sys.executable, "-m", "benchmarks.spark_writers", *argv], env=env,
+                       check=True)  # fmt: skip
+        child = json.loads(output.read_text(encoding="utf-8"))
+    meta = child["meta"]
+    return {
+        "command": meta["command"],
+        "duration_minutes": meta["duration_minutes"],
+        "load_before": meta["load_before"],
+        "load_after": meta["load_after"],
+        "cluster": meta["cluster"],
+        "results": child["results"],
+        "summary": child["summary"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,8 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.spark_writers " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
+    if config.master == "standalone":
+        # SIGTERM as an exception, so that the cluster is stopped on the way out
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     payload = run(config, endpoints, command.strip())
     report.write_json(args.output, payload)
+    if config.standalone_targets:
+        payload["standalone"] = run_standalone(config, endpoints)
+        report.write_json(args.output, payload)
     print(report.render(payload))
     if not args.no_docs:
         report.write_docs(payload, args.docs)

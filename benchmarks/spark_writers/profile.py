@@ -126,6 +126,7 @@ def main() -> int:
     if isinstance(target, KafkaTarget):
         data = kafka_table(data)
     target.prepare()
+    target.begin_workload(range(args.rows))  # the *_upsert_existing tables hold these ids
     target.reset()
     sink = target.twopc_sink()
     profiler = None

@@ -1,4 +1,5 @@
-"""Timed, alternating runs of twopc and Spark's writer on each target, checked on the target."""
+"""Timed, alternating runs of twopc and the other writers on each target, checked on the
+target."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from benchmarks.spark_writers.targets import Target, Writer
 
 _log = logging.getLogger("bench")
 
-SIDES = ("twopc", "spark")
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property Spark's streaming engine sets around a foreachBatch call; twopc ties
 its markers to it. The benchmark calls the functions itself, so it sets a fresh one."""
@@ -47,19 +47,29 @@ class Series:
 
 
 def call(spark: Any, writer: Writer, df: Any, batch_id: int, query_id: str | None) -> float:
-    """Seconds from calling ``writer(df, batch_id)`` to its return, as foreachBatch would."""
+    """Seconds from calling ``writer(df, batch_id)`` to its return, as foreachBatch would,
+    or the seconds the writer reports itself (see ``targets.Writer``)."""
     context = spark.sparkContext
     context.setLocalProperty(QUERY_ID_PROPERTY, query_id)
     try:
         started = time.perf_counter()
-        writer(df, batch_id)
-        return time.perf_counter() - started
+        own = writer(df, batch_id)
+        elapsed = time.perf_counter() - started
     finally:
         context.setLocalProperty(QUERY_ID_PROPERTY, None)
+    return elapsed if own is None else own
 
 
-def _writer(target: Target, side: str, work: Path) -> Writer:
-    return target.twopc_writer(work) if side == "twopc" else target.spark_writer()
+def sides(target: Target) -> tuple[str, ...]:
+    """twopc first, then the writers it is compared with."""
+    return ("twopc", *target.alternatives())
+
+
+def rotated(names: tuple[str, ...], rep: int) -> tuple[str, ...]:
+    """The order of repetition ``rep``: each writer goes first in turn (with two writers,
+    twopc first in even repetitions and the other in odd ones)."""
+    shift = rep % len(names)
+    return names[shift:] + names[:shift]
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def run_once(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     query_id = str(uuid.uuid4()) if side == "twopc" else None
-    writer = _writer(target, side, work)
+    writer = target.writer(side, work)
     first = call(spark, writer, warm.df, 0, query_id)
     seconds = call(spark, writer, data.df, 1, query_id)
     shown = target.read_back(side)
@@ -101,8 +111,8 @@ def run_once(
 def run_workload(
     spark: Any, workload: Workload, targets: dict[str, Target], config: BenchConfig
 ) -> list[dict[str, Any]]:
-    """Every target of ``workload``: ``reps`` alternating pairs of runs (twopc first in
-    even repetitions, Spark first in odd ones)."""
+    """Every target of ``workload``: ``reps`` rounds of one run per writer, each writer
+    first in turn (see :func:`rotated`)."""
     spark.conf.set("spark.sql.shuffle.partitions", str(workload.partitions))
     data = Frame(generate(spark, workload.rows, workload.partitions), workload.rows)
     warm_rows = min(1_000, workload.rows)
@@ -117,11 +127,12 @@ def run_workload(
         for name in workload.targets:
             target = targets[name]
             work = config.work_dir / "log" / name
-            series = {side: Series() for side in SIDES}
-            first = {side: Series() for side in SIDES}
+            names = sides(target)
+            series = {side: Series() for side in names}
+            first = {side: Series() for side in names}
+            target.begin_workload(range(warm.first_id + warm.rows))
             for rep in range(config.reps):
-                order = SIDES if rep % 2 == 0 else SIDES[::-1]
-                for side in order:
+                for side in rotated(names, rep):
                     start, seconds = run_once(spark, target, side, warm=warm, data=data, work=work)
                     first[side].seconds.append(start)
                     series[side].seconds.append(seconds)
@@ -146,17 +157,28 @@ def run_workload(
 def _result(
     target: Target, workload: Workload, series: dict[str, Series], first: dict[str, Series]
 ) -> dict[str, Any]:
-    twopc_s = series["twopc"].summary(workload.rows)
-    spark_s = series["spark"].summary(workload.rows)
-    twopc_s["first_batch_median_seconds"] = round(statistics.median(first["twopc"].seconds), 3)
-    spark_s["first_batch_median_seconds"] = round(statistics.median(first["spark"].seconds), 3)
+    """twopc's numbers, every other writer's with its ratio, and the fastest of them as
+    ``spark`` with its ``ratio``: the comparison of the goal (the name ``spark`` is kept
+    from when Spark's writer was the only other one)."""
+    summaries = {}
+    labels = {"twopc": target.twopc_label, **target.alternatives()}
+    for side, timings in series.items():
+        summary = timings.summary(workload.rows)
+        summary["first_batch_median_seconds"] = round(statistics.median(first[side].seconds), 3)
+        summaries[side] = {"writer": labels[side], **summary}
+    twopc_s = summaries.pop("twopc")
+    for summary in summaries.values():
+        # throughput twopc / other = other's time / twopc's time (medians)
+        summary["ratio"] = round(summary["median_seconds"] / twopc_s["median_seconds"], 3)
+    fastest = min(summaries, key=lambda side: summaries[side]["median_seconds"])
     return {
         "target": target.name,
         "workload": workload.label,
         "rows": workload.rows,
         "partitions": workload.partitions,
-        "twopc": {"writer": target.twopc_label, **twopc_s},
-        "spark": {"writer": target.spark_label, **spark_s},
-        # throughput twopc / Spark = Spark's time / twopc's time (medians)
-        "ratio": round(spark_s["median_seconds"] / twopc_s["median_seconds"], 3),
+        "twopc": twopc_s,
+        "spark": summaries[fastest],
+        "compared_with": fastest,
+        "alternatives": summaries,
+        "ratio": summaries[fastest]["ratio"],
     }

@@ -19,13 +19,25 @@ POSTGRES_DRIVER = "org.postgresql:postgresql:42.7.8"
 MARIADB_DRIVER = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
 
 
-def start_session(config: BenchConfig) -> tuple[Any, dict[str, str]]:
-    """A SparkSession and the package set that started; tries the Kafka candidates in turn."""
+def start_session(
+    config: BenchConfig, master: str | None = None, conf: dict[str, str] | None = None
+) -> tuple[Any, dict[str, str]]:
+    """A SparkSession and the package set that started; tries the Kafka candidates in turn.
+
+    ``master`` overrides ``config.master`` (a started standalone cluster's URL), ``conf``
+    adds Spark settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Python workers unpickle the benchmark's own sink (overhead.NullSink) by module path
+    # Python workers unpickle the benchmark's own code (overhead.NullSink, the upsert
+    # alternative's partition function) by module path
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
+    settings = {
+        # executors of a cluster start their Python workers with their own environment
+        "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        **(conf or {}),
+    }
     from tests.integration.spark_kafka_job import CACHE, candidates, maven_jar
 
     errors = []
@@ -33,7 +45,15 @@ def start_session(config: BenchConfig) -> tuple[Any, dict[str, str]]:
         packages = ",".join([kafka_packages, POSTGRES_DRIVER, MARIADB_DRIVER])
         jars = ",".join(maven_jar(c) for c in extra.split(",") if c)
         try:
-            spark = _build(config, packages, excludes, jars, str(CACHE / "ivy"))
+            spark = _build(
+                master or config.master,
+                config,
+                packages=packages,
+                excludes=excludes,
+                jars=jars,
+                ivy=str(CACHE / "ivy"),
+                settings=settings,
+            )
         except Exception as exc:  # the JVM exits when ivy cannot resolve a package
             errors.append(f"{kafka_packages}: {type(exc).__name__}: {exc}")
             continue
@@ -41,11 +61,20 @@ def start_session(config: BenchConfig) -> tuple[Any, dict[str, str]]:
     raise RuntimeError("no Spark Kafka connector could be resolved:\n" + "\n".join(errors))
 
 
-def _build(config: BenchConfig, packages: str, excludes: str, jars: str, ivy: str) -> Any:
+def _build(
+    master: str,
+    config: BenchConfig,
+    *,
+    packages: str,
+    excludes: str,
+    jars: str,
+    ivy: str,
+    settings: dict[str, str],
+) -> Any:
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(config.master)
+        SparkSession.builder.master(master)
         .appName("twopc-benchmark")
         .config("spark.jars.packages", packages)
         .config("spark.jars.ivy", os.environ.get("TWOPC_SPARK_IVY", ivy))
@@ -55,6 +84,8 @@ def _build(config: BenchConfig, packages: str, excludes: str, jars: str, ivy: st
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(config.partitions))
     )
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     if excludes:
         builder = builder.config("spark.jars.excludes", excludes)
     if jars:

@@ -1,15 +1,19 @@
-"""The targets: for each system, the twopc writer, Spark's own writer, reset and read-back.
+"""The targets: for each system, the twopc writer, the writers it is compared with, reset and
+read-back.
 
-Every writer is a ``foreachBatch`` function ``fn(df, batch_id)``. Both writers of a target
+Every writer is a ``foreachBatch`` function ``fn(df, batch_id)``. The writers of a target
 write into the same table (files: sibling directories, Kafka: a fresh topic per run), which
-is emptied before every run; after every run the rows are counted *on the target* (a
+is reset before every run; after every run the rows are counted *on the target* (a
 ``SELECT``, a ``read_committed`` consumer, ``pyarrow.dataset``) and a wrong count fails the
-benchmark.
+benchmark. A writer whose time cannot be taken from outside (a streaming query, which also
+starts and stops around the batch) returns the seconds of its batch itself.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -17,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.spark_writers import alternatives
 from benchmarks.spark_writers.config import BenchConfig, Database, Endpoints
 from benchmarks.spark_writers.data import kafka_shape
 
 import twopc
 
-Writer = Callable[[Any, int], None]
+Writer = Callable[[Any, int], float | None]
+"""``fn(df, batch_id)``; returns ``None`` (timed by the caller) or the batch's own seconds."""
 
 PREFIX = "bench_sw"
 MARKERS = f"{PREFIX}_markers"
@@ -36,15 +42,36 @@ class ReadBack:
     id_sum: int | None
 
 
+class StaleRowsError(RuntimeError):
+    """An upsert into a pre-filled table left rows with their old values."""
+
+
 class Target(ABC):
-    """One system and mode; ``twopc_writer`` and ``spark_writer`` are the two contenders."""
+    """One system and mode: twopc's writer (side ``twopc``) against the writers of
+    :meth:`alternatives` (by default Spark's own, side ``spark``)."""
 
     name: str
     spark_label: str
     twopc_label: str
 
+    def alternatives(self) -> dict[str, str]:
+        """The sides twopc is compared with, and their labels."""
+        return {"spark": self.spark_label}
+
+    def writer(self, side: str, work: Path) -> Writer:
+        """The writer of ``side``; ``work`` holds twopc's commit log."""
+        if side == "twopc":
+            return self.twopc_writer(work)
+        if side == "spark":
+            return self.spark_writer()
+        raise ValueError(f"{self.name} has no side {side!r}")
+
     def prepare(self) -> None:
         """Create what every run needs (tables); called once per benchmark."""
+        return None
+
+    def begin_workload(self, ids: range) -> None:
+        """The ids every run of the coming workload writes (untimed set-up may need them)."""
         return None
 
     @abstractmethod
@@ -77,16 +104,32 @@ class Target(ABC):
 
 class FilesTarget(Target):
     """The files sink on one write path: ``spark`` (Spark's own writer runs phase 1, what
-    ``auto`` chooses on a local disk) or ``python`` (Python tasks write with pyarrow)."""
+    ``auto`` chooses on a local disk) or ``python`` (Python tasks write with pyarrow).
+    With ``streaming``, Spark's own exactly-once file sink is a third side (``stream``)."""
 
     spark_label = "df.write.parquet"
+    stream_label = 'writeStream.format("parquet") (Spark\'s file sink, `_spark_metadata`)'
 
-    def __init__(self, root: Path, write_path: str = "spark") -> None:
+    def __init__(self, root: Path, write_path: str = "spark", streaming: bool = False) -> None:
         self.write_path = write_path
+        self.streaming = streaming
         self.name = "files" if write_path == "spark" else f"files_{write_path}"
         where = "Spark's writer" if write_path == "spark" else "Python tasks"
         self.twopc_label = f"twopc files (parquet, {where})"
         self.root = root / self.name
+
+    def alternatives(self) -> dict[str, str]:
+        sides = super().alternatives()
+        if self.streaming:
+            sides["stream"] = self.stream_label
+        return sides
+
+    def writer(self, side: str, work: Path) -> Writer:
+        if side == "stream":
+            return stream_file_sink_writer(
+                self._dir("stream"), self.root / "stream-input", self.root / "stream-checkpoint"
+            )
+        return super().writer(side, work)
 
     def _dir(self, side: str) -> Path:
         return self.root / side
@@ -123,6 +166,67 @@ class FilesTarget(Target):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+ONE_TASK_PER_FILE = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 30),
+    "spark.sql.files.openCostInBytes": str(1 << 30),
+}
+"""Read settings under which the file source reads each input file in one task of its own,
+as the cached frame has one partition per file: no file is split (< 1 GiB), and the
+"cost" of opening one fills a task."""
+
+
+def stream_file_sink_writer(output: Path, source: Path, checkpoint: Path) -> Writer:
+    """Spark's exactly-once file sink, fed batch by batch: each call appends ``df`` to
+    ``source`` as Parquet (untimed), then runs one query over ``source`` into ``output``
+    with ``trigger(availableNow=True)`` and the same checkpoint, so call *n* is the query's
+    batch *n* and writes exactly the new files' rows.
+
+    Returns the seconds of the batch: for batch 0 the query from its start to its end (the
+    other writers' first batch includes their start too), for later batches the
+    ``addBatch`` time of the query's progress (what a foreachBatch function's call is in a
+    running query: reading the batch, the write job and the sink's `_spark_metadata`
+    commit, without the query's restart, planning and offset log). Reading the input from
+    Parquet is in that time; the other writers read the cached frame."""
+
+    def write(df: Any, batch_id: int) -> float:
+        spark = df.sparkSession
+        df.write.mode("append").parquet(str(source))
+        saved = {key: spark.conf.get(key, None) for key in ONE_TASK_PER_FILE}
+        for key, value in ONE_TASK_PER_FILE.items():
+            spark.conf.set(key, value)  # the query's session is cloned at start
+        try:
+            started = time.perf_counter()
+            query = (
+                spark.readStream.schema(df.schema)
+                .parquet(str(source))
+                .writeStream.format("parquet")
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start(str(output))
+            )
+            query.awaitTermination()
+            wall = time.perf_counter() - started
+        finally:
+            for key, old in saved.items():
+                if old is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, old)
+        if query.exception() is not None:
+            raise RuntimeError(f"the file sink's query failed: {query.exception()}")
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        if len(batches) != 1 or batches[0]["batchId"] != batch_id:
+            raise RuntimeError(
+                f"expected one batch {batch_id} with rows, got "
+                f"{[(p['batchId'], p['numInputRows']) for p in batches]}"
+            )
+        if batch_id == 0:
+            return wall
+        return float(batches[0]["durationMs"]["addBatch"]) / 1000
+
+    return write
+
+
 # -- SQL ------------------------------------------------------------------------------------
 
 
@@ -156,6 +260,10 @@ class SqlTarget(Target):
 
     @abstractmethod
     def jdbc_url(self) -> str: ...
+
+    @abstractmethod
+    def ident(self, name: str) -> str:
+        """``name`` quoted as an identifier with the driver's tools."""
 
     jdbc_driver = ""
 
@@ -195,27 +303,22 @@ class SqlTarget(Target):
             marker_table=MARKERS,
         )
 
+    def jdbc_options(self, table: str) -> dict[str, str]:
+        """Spark's JDBC writer's options for ``table``."""
+        return {
+            "url": self.jdbc_url(),
+            "driver": self.jdbc_driver,
+            "dbtable": table,
+            "user": self.db.user,
+            "password": self.db.password,
+            "batchsize": str(self.batchsize),
+        }
+
     def spark_writer(self) -> Writer:
-        url, table, driver, batchsize = (
-            self.jdbc_url(),
-            self.table,
-            self.jdbc_driver,
-            self.batchsize,
-        )
-        user, password = self.db.user, self.db.password
+        options = self.jdbc_options(self.table)
 
         def write(df: Any, _batch_id: int) -> None:
-            (
-                df.write.format("jdbc")
-                .option("url", url)
-                .option("driver", driver)
-                .option("dbtable", table)
-                .option("user", user)
-                .option("password", password)
-                .option("batchsize", str(batchsize))
-                .mode("append")
-                .save()
-            )
+            df.write.format("jdbc").options(**options).mode("append").save()
 
         return write
 
@@ -242,17 +345,17 @@ class PostgresTarget(SqlTarget):
     jdbc_driver = "org.postgresql.Driver"
 
     def connect(self) -> Any:
-        import psycopg
-
-        d = self.db
-        return psycopg.connect(
-            host=d.host, port=d.port, user=d.user, password=d.password, dbname=d.database
-        )
+        return alternatives.connect(self.flavor, self.db)
 
     def statement(self, template: str, *names: str) -> Any:
         from psycopg import sql
 
         return sql.SQL(template).format(*(sql.Identifier(n) for n in names))
+
+    def ident(self, name: str) -> str:
+        from psycopg import sql
+
+        return sql.Identifier(name).as_string()
 
     def ddl(self) -> Any:
         key = " PRIMARY KEY" if self.mode == "upsert" else ""
@@ -283,17 +386,17 @@ class MySQLTarget(SqlTarget):
     jdbc_driver = "org.mariadb.jdbc.Driver"
 
     def connect(self) -> Any:
-        import pymysql
-
-        d = self.db
-        return pymysql.connect(
-            host=d.host, port=d.port, user=d.user, password=d.password, database=d.database
-        )
+        return alternatives.connect(self.flavor, self.db)
 
     def statement(self, template: str, *names: str) -> Any:
         from twopc_jdbc.mysql import quote_identifier
 
         return template.format(*(quote_identifier(n) for n in names))
+
+    def ident(self, name: str) -> str:
+        from twopc_jdbc.mysql import quote_identifier
+
+        return quote_identifier(name)
 
     def ddl(self) -> Any:
         key = " PRIMARY KEY" if self.mode == "upsert" else ""
@@ -322,6 +425,206 @@ class MySQLTarget(SqlTarget):
             f"jdbc:mysql://{d.host}:{d.port}/{d.database}?permitMysqlScheme"
             "&useBulkStmts=true&rewriteBatchedStatements=true"
         )
+
+
+# -- upserts against the ways users upsert without twopc --------------------------------------
+
+COLUMNS = ("id", "s10", "s40", "x", "ts")
+STALE_X = -1.0
+"""``x`` of the rows a pre-filled table starts with; every written row has ``x >= 0``."""
+
+
+class UpsertTarget(SqlTarget):
+    """twopc's upsert against the two ways users upsert from Spark without it, into an
+    ``empty`` table or one where every key already exists (``existing``; issue 18, item 3):
+
+    * ``jdbc_staging``: Spark's JDBC writer overwrites a staging table (``truncate``), then
+      the driver runs one ``INSERT ... SELECT ... ON CONFLICT`` / ``ON DUPLICATE KEY
+      UPDATE`` from it into the table;
+    * ``executemany``: ``df.foreachPartition`` with the Python driver's ``executemany`` of
+      an ``INSERT ... VALUES ... ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``, one
+      transaction per partition, ``--jdbc-batchsize`` rows per call.
+
+    Neither removes duplicate keys within a batch (the benchmark's ids are unique), which
+    spares them work twopc does; neither is exactly-once.
+    """
+
+    conflict_clause = ""
+
+    def __init__(self, database: Database, variant: str, config: BenchConfig) -> None:
+        super().__init__(database, "upsert", config)
+        if variant not in ("empty", "existing"):
+            raise ValueError(f"unknown upsert variant {variant!r}")
+        self.variant = variant
+        self.table = f"{PREFIX}_upsert_{variant}"
+        self.staging = f"{self.table}_staging"
+        self.name = f"{self.flavor}_upsert_{variant}"
+        where = "empty table" if variant == "empty" else "every key exists"
+        self.twopc_label = f"twopc {self.flavor} upsert ({where})"
+        self.keys = range(0)
+
+    def alternatives(self) -> dict[str, str]:
+        return {
+            "jdbc_staging": f"Spark JDBC into a staging table + {self.conflict_clause}",
+            "executemany": f"foreachPartition + {self.driver_name} executemany "
+            f"{self.conflict_clause}",
+        }
+
+    driver_name = ""
+
+    @abstractmethod
+    def staging_ddl(self) -> Any: ...
+
+    @abstractmethod
+    def on_conflict(self) -> str:
+        """The statement's tail that updates every non-key column of an existing key."""
+
+    @abstractmethod
+    def prefill(self, last_id: int) -> list[Any]:
+        """Statements that fill the empty table with ids 0 to ``last_id``, stale values."""
+
+    def writer(self, side: str, work: Path) -> Writer:
+        if side == "jdbc_staging":
+            return self._staging_writer()
+        if side == "executemany":
+            return self._executemany_writer()
+        return super().writer(side, work)
+
+    def _columns(self) -> str:
+        return ", ".join(self.ident(c) for c in COLUMNS)
+
+    def upsert_from_staging(self) -> str:
+        cols, table, staging = self._columns(), self.ident(self.table), self.ident(self.staging)
+        return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {staging} {self.on_conflict()}"
+
+    def upsert_values(self) -> str:
+        marks = ", ".join("%s" for _ in COLUMNS)
+        table = self.ident(self.table)
+        return f"INSERT INTO {table} ({self._columns()}) VALUES ({marks}) {self.on_conflict()}"
+
+    def _staging_writer(self) -> Writer:
+        options = {**self.jdbc_options(self.staging), "truncate": "true"}
+        statement, connect = self.upsert_from_staging(), self.connect
+
+        def write(df: Any, _batch_id: int) -> None:
+            # overwrite + truncate: Spark empties the table and keeps its definition
+            df.write.format("jdbc").options(**options).mode("overwrite").save()
+            conn = connect()
+            try:
+                with conn.cursor() as cursor:
+                    cursor.execute(statement)
+                conn.commit()
+            finally:
+                conn.close()
+
+        return write
+
+    def _executemany_writer(self) -> Writer:
+        task = functools.partial(
+            alternatives.upsert_partition,
+            self.flavor,
+            self.db,
+            self.upsert_values(),
+            self.batchsize,
+        )
+
+        def write(df: Any, _batch_id: int) -> None:
+            df.foreachPartition(task)
+
+        return write
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._execute(self.statement("DROP TABLE IF EXISTS {}", self.staging), self.staging_ddl())
+
+    def begin_workload(self, ids: range) -> None:
+        if ids.start != 0 or ids.step != 1:
+            raise ValueError(f"the pre-filled table holds ids 0 to n - 1, not {ids}")
+        self.keys = ids
+
+    def reset(self) -> None:
+        super().reset()
+        statements = [self.statement("TRUNCATE TABLE {}", self.staging)]
+        if self.variant == "existing":
+            if not self.keys:
+                raise RuntimeError(f"{self.name}: begin_workload() names the keys first")
+            statements += self.prefill(self.keys[-1])
+        self._execute(*statements)
+
+    def read_back(self, side: str) -> ReadBack:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    self.statement(
+                        "SELECT count(*), sum(id), sum(CASE WHEN x < 0 THEN 1 ELSE 0 END) FROM {}",
+                        self.table,
+                    )
+                )
+                count, total, stale = cursor.fetchone()
+        finally:
+            conn.close()
+        if stale:
+            raise StaleRowsError(f"{self.name}/{side}: {stale} rows kept their old values")
+        return ReadBack(int(count), None if total is None else int(total))
+
+    def cleanup(self) -> None:
+        self._execute(self.statement("DROP TABLE IF EXISTS {}", self.staging))
+        super().cleanup()
+
+
+class PostgresUpsertTarget(UpsertTarget, PostgresTarget):
+    conflict_clause = "INSERT … ON CONFLICT"
+    driver_name = "psycopg"
+
+    def staging_ddl(self) -> Any:
+        # unlogged, as twopc's own staging table: the fastest staging a user can choose
+        return self.statement(
+            "CREATE UNLOGGED TABLE {} (id bigint, s10 text, s40 text, x double precision, "
+            "ts timestamptz)",
+            self.staging,
+        )
+
+    def on_conflict(self) -> str:
+        q = self.ident
+        updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in COLUMNS[1:])
+        return f"ON CONFLICT ({q('id')}) DO UPDATE SET {updates}"
+
+    def prefill(self, last_id: int) -> list[Any]:
+        from psycopg import sql
+
+        fill = sql.SQL(
+            "INSERT INTO {} SELECT g, 'old', 'old', {}, '2000-01-01 00:00:00+00' "
+            "FROM generate_series(0, {}) AS g"
+        ).format(sql.Identifier(self.table), sql.Literal(STALE_X), sql.Literal(last_id))
+        return [fill, self.statement("ANALYZE {}", self.table)]
+
+
+class MySQLUpsertTarget(UpsertTarget, MySQLTarget):
+    conflict_clause = "INSERT … ON DUPLICATE KEY UPDATE"
+    driver_name = "PyMySQL"
+
+    def staging_ddl(self) -> Any:
+        return self.statement(
+            "CREATE TABLE {} (id BIGINT, s10 VARCHAR(10), s40 VARCHAR(40), x DOUBLE, "
+            "ts DATETIME(6)) ENGINE=InnoDB",
+            self.staging,
+        )
+
+    def on_conflict(self) -> str:
+        q = self.ident
+        updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in COLUMNS[1:])
+        return f"ON DUPLICATE KEY UPDATE {updates}"
+
+    def prefill(self, last_id: int) -> list[Any]:
+        # MariaDB's Sequence engine: the table seq_0_to_N holds 0 .. N
+        fill = self.statement(
+            "INSERT INTO {} SELECT seq, 'old', 'old', " + repr(STALE_X) + ", "
+            "'2000-01-01 00:00:00' FROM {}",
+            self.table,
+            f"seq_0_to_{int(last_id)}",
+        )
+        return [fill, self.statement("ANALYZE TABLE {}", self.table)]
 
 
 # -- Kafka ----------------------------------------------------------------------------------
@@ -442,12 +745,16 @@ def build_targets(
     postgres = Database.parse(endpoints.postgres_dsn, 5432)
     mysql = Database.parse(endpoints.mysql_dsn, 3306)
     factories: dict[str, Callable[[], Target]] = {
-        "files": lambda: FilesTarget(config.work_dir, "spark"),
+        "files": lambda: FilesTarget(config.work_dir, "spark", streaming=True),
         "files_python": lambda: FilesTarget(config.work_dir, "python"),
         "postgres_append": lambda: PostgresTarget(postgres, "append", config),
         "postgres_upsert": lambda: PostgresTarget(postgres, "upsert", config),
+        "postgres_upsert_empty": lambda: PostgresUpsertTarget(postgres, "empty", config),
+        "postgres_upsert_existing": lambda: PostgresUpsertTarget(postgres, "existing", config),
         "mysql_append": lambda: MySQLTarget(mysql, "append", config),
         "mysql_upsert": lambda: MySQLTarget(mysql, "upsert", config),
+        "mysql_upsert_empty": lambda: MySQLUpsertTarget(mysql, "empty", config),
+        "mysql_upsert_existing": lambda: MySQLUpsertTarget(mysql, "existing", config),
         "kafka_per_partition": lambda: KafkaTarget(endpoints.kafka_bootstrap, "per_partition"),
         "kafka_atomic": lambda: KafkaTarget(endpoints.kafka_bootstrap, "atomic"),
     }
