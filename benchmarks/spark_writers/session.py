@@ -88,8 +88,18 @@ def _build(
         builder = builder.config(key, value)
     if excludes:
         builder = builder.config("spark.jars.excludes", excludes)
+    # --jars, not spark.jars: spark-submit adds the resolved packages to spark.jars, and a
+    # spark.jars set here would replace that list in the session's conf, leaving the
+    # executors of a cluster without the Kafka connector and the JDBC drivers
+    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
     if jars:
-        builder = builder.config("spark.jars", jars)
-    spark = builder.getOrCreate()
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        if previous is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
     spark.sparkContext.setLogLevel("ERROR")
     return spark

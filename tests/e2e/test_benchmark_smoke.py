@@ -1,9 +1,11 @@
 """The benchmark command (``python -m benchmarks.spark_writers``) at tiny sizes, so it cannot rot.
 
 It runs as its own process against the real services, exactly as documented in
-docs/benchmarks.md, and the test reads the JSON it writes: every target measured, sane
-numbers, the scaling and overhead sections, and the docs table rendered from it. The
-benchmark itself checks the row count on every target after every run and fails otherwise.
+docs/benchmarks.md, and the test reads the JSON it writes: every target measured with each
+of its writers (the upsert alternatives, Spark's file sink), sane numbers, the goals, the
+scaling and overhead sections, the throughput table once more on a standalone cluster (two
+targets, to keep it short), and the docs table rendered from it. The benchmark itself
+checks the row count on every target after every run and fails otherwise.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks.spark_writers.config import GOALS, TARGETS
+from benchmarks.spark_writers.config import GOALS, TARGETS, UPSERT_ALTERNATIVES
 from benchmarks.spark_writers.overhead import VARIANTS
 from benchmarks.spark_writers.report import BEGIN, END
 
-# about a minute of Spark sessions, one pair per target: --extended (scripts/bench runs the
-# same command at full size for every recorded result)
+# a few minutes of Spark sessions, one run per writer and target: --extended (scripts/bench
+# runs the same command at full size for every recorded result)
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.extended]
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 3_000
+STANDALONE = ("files", "postgres_upsert_existing")
 
 
 def _sane(side: dict[str, Any]) -> None:
@@ -38,6 +41,7 @@ def _sane(side: dict[str, Any]) -> None:
     assert side["first_batch_median_seconds"] > 0
 
 
+@pytest.mark.timeout(1500)  # the run and the standalone cluster's, at a load average of ~5
 def test_benchmark_command_at_tiny_sizes(
     kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str, tmp_path: Path
 ) -> None:
@@ -56,11 +60,12 @@ def test_benchmark_command_at_tiny_sizes(
         "--scaling-partitions", "1", "--scaling-rows", "4000",
         "--overhead-batches", "2",
         "--master", "local[2]", "--driver-memory", "1g",
+        "--standalone-targets", ",".join(STANDALONE),
         "--work-dir", str(tmp_path / "work"),
         "--output", str(output), "--no-docs", "--no-start-services",
     ]  # fmt: skip
     done = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     payload = json.loads(output.read_text())
@@ -69,8 +74,13 @@ def test_benchmark_command_at_tiny_sizes(
     assert sorted(main) == sorted(TARGETS)
     for result in payload["results"]:
         _sane(result["twopc"])
-        _sane(result["spark"])
+        for side in result["alternatives"].values():
+            _sane(side)
+        assert result["spark"] == result["alternatives"][result["compared_with"]]
         assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    assert set(main["files"]["alternatives"]) == {"spark", "stream"}
+    for target in UPSERT_ALTERNATIVES:
+        assert set(main[target]["alternatives"]) == {"jdbc_staging", "executemany"}
     scaling = {
         (r["target"], r["rows"], r["partitions"])
         for r in payload["results"]
@@ -80,7 +90,17 @@ def test_benchmark_command_at_tiny_sizes(
         assert (target, ROWS, 1) in scaling
         assert (target, 4000, 2) in scaling
     assert [s["target"] for s in payload["summary"]] == list(TARGETS)
-    assert all(s["goal"] == GOALS[s["target"]] for s in payload["summary"])
+    for goal in payload["summary"]:
+        assert goal["goal"] == GOALS[goal["target"]].minimum
+        assert goal["met"] == (goal["ratio"] >= goal["goal"])
+
+    standalone = payload["standalone"]
+    assert standalone["cluster"]["workers"] == 2
+    assert standalone["cluster"]["url"].startswith("spark://")
+    assert [r["target"] for r in standalone["results"]] == list(STANDALONE)
+    for result in standalone["results"]:
+        _sane(result["twopc"])
+        assert result["ratio"] > 0
 
     overhead = payload["overhead"]
     assert list(overhead["median_ms"]) == list(VARIANTS)
@@ -113,4 +133,5 @@ def test_benchmark_command_at_tiny_sizes(
     for target in TARGETS:
         assert main[target]["twopc"]["writer"] in page
     assert "Overhead per micro-batch" in page and "### Scaling" in page
-    assert "### The floor" in page
+    assert "### The floor" in page and "### Goals" in page
+    assert "standalone cluster" in page
