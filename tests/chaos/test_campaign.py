@@ -23,25 +23,21 @@ from tests.integration.services import Services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
-# Seeds drawn with the default options (--spark-share 0.01); what each one covers.
+# Seeds drawn with the default options (--spark-share 0.01); what each one covers: every
+# backend and mode, every kill target, a kill of each service (12 seeds; the campaigns in
+# docs/chaos.md run thousands).
 CI_SEEDS = {
     4: "s3/parquet local worker before_pre_commit:kill, s3 paused 2.7 s in the restart",
     7: "files/parquet local worker after_invoke:kill, retried in the same query",
     26: "postgres/transaction local driver after_commit:kill",
-    50: "postgres/transaction local worker after_invoke:kill",
     29: "postgres/two_phase local postgres killed while the query is down",
-    38: "postgres/two_phase local postgres killed after a delay",
     16: "mysql/transaction local worker after_task_commit:kill",
     11: "mysql/transaction local mariadb killed while the query is down",
     18: "mysql/two_phase local driver between_commits:kill",
-    12: "mysql/two_phase local worker after_pre_commit:kill",
     24: "kafka/per_partition local driver before_decision:exit",
     6: "kafka/per_partition local worker after_task_commit:exit",
     17: "kafka/per_partition local broker killed while the query is down",
-    23: "kafka/atomic local worker after_invoke:kill",
     55: "kafka/atomic local driver after_decision:exit",
-    10: "postgres/two_phase local worker killed after a delay",
-    60: "mysql/transaction local driver killed after a delay",
     1265: "mysql/transaction spark executor JVM killed in local-cluster[2,1,1024]",
 }
 
@@ -96,7 +92,7 @@ def test_ci_seeds_pass_and_cover_every_backend_mode_and_target(tmp_path: Path) -
             assert r["injected"], r["description"]
         if r["scenario"]["timing"] == "point":
             assert r["attempts"] >= 1 and r["first_exit"] is not None
-    assert f"{len(CI_SEEDS)} runs (17 local engine, 1 Spark)" in proc.stdout
+    assert f"{len(CI_SEEDS)} runs ({len(CI_SEEDS) - 1} local engine, 1 Spark)" in proc.stdout
     assert not list((tmp_path / "runs").glob("run-*")), "passing runs must clean up"
 
 
