@@ -165,11 +165,26 @@ def _counting_log_calls(log: Any) -> Iterator[Counter[str]]:
 
     for name, call in originals.items():
         setattr(fs, name, counted(name, call))
+    # newer versions list a local log directory with os.listdir, past fsspec
+    # (twopc._commit_log._list_names): count those listings too
+    module: Any = sys.modules.get("twopc._commit_log")
+    listed = getattr(module, "_list_names", None)
+    if listed is not None:
+        from twopc.storage import is_local
+
+        def list_names(fs: Any, directory: str, **kwargs: Any) -> list[str]:
+            if str(directory).startswith(root) and is_local(fs):
+                counts["listings"] += 1
+            return listed(fs, directory, **kwargs)  # type: ignore[no-any-return]
+
+        module._list_names = list_names
     try:
         yield counts
     finally:
         for name in originals:
             delattr(fs, name)  # the class's own methods again
+        if listed is not None:
+            module._list_names = listed
 
 
 def _sink(name: str, work: str) -> twopc.Sink[Any]:
