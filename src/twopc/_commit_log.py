@@ -421,10 +421,12 @@ class CommitLog:
     # -- liveness -------------------------------------------------------------------------
 
     def write_heartbeat(self, heartbeat: Heartbeat) -> None:
-        """Record that a writer runs this query (see :mod:`twopc._liveness`)."""
+        """Record that a writer runs this query (see :mod:`twopc._liveness`). Twice a
+        batch, and only a hint (a crash leaves a stale record, which is recognised as
+        such), so not fsynced: a power loss may lose it, readers never see half of it."""
         directory = join(self._root, heartbeat.query_id)
         self._fs.makedirs(directory, exist_ok=True)
-        atomic_write(self._fs, join(directory, HEARTBEAT_NAME), heartbeat.to_bytes())
+        atomic_write(self._fs, join(directory, HEARTBEAT_NAME), heartbeat.to_bytes(), durable=False)
 
     def remove_heartbeat(self, query_id: str) -> None:
         path = join(self._root, query_id, HEARTBEAT_NAME)
