@@ -1,6 +1,6 @@
 """``python -m benchmarks.spark_writers``: twopc against Spark's own writers, in one run.
 
-    python -m benchmarks.spark_writers                     # the full run (~10 min, 2 cores)
+    python -m benchmarks.spark_writers                     # the full run (~25 min, 2 cores)
     python -m benchmarks.spark_writers --rows 20000 --reps 1 --scaling-rows 40000 \\
         --output /tmp/smoke.json --no-docs                 # a smoke run
     python -m benchmarks.spark_writers render              # docs table from the JSON
