@@ -11,14 +11,20 @@ query's age (issue 18: the job group listing, see docs/benchmarks.md).
     .venv/bin/python -m benchmarks.spark_writers.py4j_calls --batches 40
     PYTHONPATH=<old checkout>/src .venv/bin/python -m benchmarks.spark_writers.py4j_calls \\
         --output benchmarks/results/py4j_calls-before.json
+
+``--profile FILE`` also writes cProfile's statistics of the twopc batches (the driver's
+side: where twopc's time outside the Spark job goes).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import sys
 import uuid
@@ -48,7 +54,16 @@ def counting_py4j() -> Iterator[list[int]]:
         clientserver.ClientServerConnection.send_command = original  # type: ignore[method-assign]
 
 
-def measure(batches: int, work_dir: Path) -> dict[str, Any]:
+def _write_profile(profiler: cProfile.Profile, path: Path, batches: int) -> None:
+    text = io.StringIO()
+    text.write(f"{batches} twopc_null batches profiled on the driver (cProfile)\n")
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(70)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue().replace(str(Path.cwd()) + "/", ""))
+
+
+def measure(batches: int, work_dir: Path, profile: Path | None = None) -> dict[str, Any]:
     from benchmarks.spark_writers.data import generate
     from benchmarks.spark_writers.overhead import _writers
     from benchmarks.spark_writers.runner import call
@@ -71,14 +86,20 @@ def measure(batches: int, work_dir: Path) -> dict[str, Any]:
         query_id = str(uuid.uuid4())
         calls: list[int] = []
         milliseconds: list[float] = []
+        profiler = cProfile.Profile()
         with counting_py4j() as count:
             for batch_id in range(batches):
                 call(spark, writers["python_job"], df, batch_id, query_id)
                 count[0] = 0
+                if profile is not None and batch_id > 0:
+                    profiler.enable()
                 milliseconds.append(
                     call(spark, writers["twopc_null"], df, batch_id, query_id) * 1000
                 )
+                profiler.disable()
                 calls.append(count[0])
+        if profile is not None:
+            _write_profile(profiler, profile, batches - 1)
     finally:
         spark.stop()
     tenth = max(1, batches // 10)
@@ -102,10 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/twopc-bench-py4j"))
     parser.add_argument("--output", type=Path, default=RESULTS / "py4j_calls.json")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="cProfile the twopc batches after the first; the statistics go to this file",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     load = [round(x, 2) for x in os.getloadavg()]
-    result = measure(args.batches, args.work_dir)
+    result = measure(args.batches, args.work_dir, args.profile)
     result["load_before"] = load
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print(
