@@ -126,11 +126,18 @@ class _JobTracker:
     @classmethod
     def of(cls, spark: Any, known: _JobTracker | None = None) -> _JobTracker | None:
         """The tracker of ``spark``'s context (``known`` if it is that context's);
-        ``None`` over Spark Connect, which has no status tracker."""
+        ``None`` over Spark Connect, which has no status tracker, or where the tracker
+        cannot be reached (phase 1's jobs then count as unknown)."""
         if is_connect_session(spark):
             return None
         context = spark.sparkContext
-        return known if known is not None and known.context is context else cls(context)
+        if known is not None and known.context is context:
+            return known
+        try:
+            return cls(context)
+        except Exception:
+            _log.debug("cannot reach Spark's status tracker", exc_info=True)
+            return None
 
     def tag(self) -> str | None:
         """Tag the jobs this thread starts from now on; returns the tag (``None``: the
