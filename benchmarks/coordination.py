@@ -27,7 +27,9 @@ change::
     .venv/bin/python -m benchmarks.coordination --batches 300
     /path/to/old/checkout/.venv/bin/python benchmarks/coordination.py --batches 300
 
-It prints one line per sink and writes ``results/coordination.json`` (``--output``). The
+It prints one line per sink and writes ``results/coordination.json`` (``--output``);
+``--profile FILE`` writes cProfile's statistics of the batches after the first ten
+(``results/profiles/coordination-files-*.txt`` are such files). The
 CPU time per batch (the whole batch, phase 1 included) compares two versions fairly on a
 busy machine; the wall-clock figures need a quiet one.
 """
@@ -36,7 +38,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import subprocess
 import sys
@@ -165,11 +170,26 @@ def _counting_log_calls(log: Any) -> Iterator[Counter[str]]:
 
     for name, call in originals.items():
         setattr(fs, name, counted(name, call))
+    # newer versions list a local log directory with os.listdir, past fsspec
+    # (twopc._commit_log._list_names): count those listings too
+    module: Any = sys.modules.get("twopc._commit_log")
+    listed = getattr(module, "_list_names", None)
+    if listed is not None:
+        from twopc.storage import is_local
+
+        def list_names(fs: Any, directory: str, **kwargs: Any) -> list[str]:
+            if str(directory).startswith(root) and is_local(fs):
+                counts["listings"] += 1
+            return listed(fs, directory, **kwargs)  # type: ignore[no-any-return]
+
+        module._list_names = list_names
     try:
         yield counts
     finally:
         for name in originals:
             delattr(fs, name)  # the class's own methods again
+        if listed is not None:
+            module._list_names = listed
 
 
 def _sink(name: str, work: str) -> twopc.Sink[Any]:
@@ -249,9 +269,11 @@ def measure(
     *,
     entry: str = "foreach",
     other_queries: int = 0,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """Milliseconds per batch outside phase 1, over ``batches`` batches of one query, and
-    the commit log's storage calls per batch."""
+    the commit log's storage calls per batch. ``profile``: write cProfile's statistics of
+    the batches after the first ten there (cumulative and internal time, as text)."""
     with tempfile.TemporaryDirectory(prefix="twopc-coord-") as work:
         sink = _sink(sink_name, work)
         log_url = f"{work}/log"
@@ -265,14 +287,24 @@ def measure(
         started = time.perf_counter()
         # fsspec hands every CommitLog of this URL the same filesystem object: the
         # coordinators' calls are counted through this one
+        profiler = cProfile.Profile() if profile is not None else None
+        profiled = 0.0
         with _counting_log_calls(twopc.CommitLog(log_url)) as counts:
-            for out, rec, used in run(sink, log_url, batches, partitions, rows):
+            for index, (out, rec, used) in enumerate(run(sink, log_url, batches, partitions, rows)):
                 outside.append(out)
                 recover.append(rec)
                 cpu.append(used)
                 calls.append(Counter(counts))
                 counts.clear()
+                if profiler is not None and index == 9:
+                    profiled = time.perf_counter()
+                    profiler.enable()  # the batches from the eleventh on
+            if profiler is not None:
+                profiler.disable()
+                profiled = time.perf_counter() - profiled
         elapsed = time.perf_counter() - started
+        if profiler is not None and profile is not None:
+            _write_profile(profiler, profile, profiled, max(1, batches - 10))
     first = min(10, len(outside) - 1)  # after the first batches' recovery
     steady = outside[first:]
     counted = calls[first:]
@@ -296,6 +328,19 @@ def measure(
         },
         "wall_seconds": round(elapsed, 2),
     }
+
+
+def _write_profile(profiler: cProfile.Profile, path: Path, seconds: float, batches: int) -> None:
+    text = io.StringIO()
+    text.write(
+        f"{batches} batches profiled, wall {seconds / batches * 1000:.1f} ms per batch "
+        "(phase 1 included, under the profiler)\n"
+    )
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(25)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue().replace(str(Path.cwd()) + "/", ""))
 
 
 def _revision() -> str:
@@ -331,6 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "coordination.json"
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="cProfile the batches after the first ten; the statistics go to this file "
+        "(one sink at a time)",
+    )
     args = parser.parse_args(argv)
     results = [
         measure(
@@ -340,6 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.rows,
             entry=args.entry,
             other_queries=args.other_queries,
+            profile=args.profile,
         )
         for name in (args.sink or ["null", "files"])
     ]

@@ -1,6 +1,6 @@
 """``python -m benchmarks.spark_writers``: twopc against Spark's own writers, in one run.
 
-    python -m benchmarks.spark_writers                     # the full run (~10 min, 2 cores)
+    python -m benchmarks.spark_writers                     # the full run (~25 min, 2 cores)
     python -m benchmarks.spark_writers --rows 20000 --reps 1 --scaling-rows 40000 \\
         --output /tmp/smoke.json --no-docs                 # a smoke run
     python -m benchmarks.spark_writers render              # docs table from the JSON
@@ -79,6 +79,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=d.overhead_batches,
         help="micro-batches per overhead variant (0: skip)",
+    )
+    parser.add_argument(
+        "--long-run-batches",
+        type=int,
+        default=10_000,
+        help="micro-batches of the long run, without Spark (0: skip)",
+    )
+    parser.add_argument(
+        "--long-run-at", type=_ints, default=(10, 1_000, 10_000), help="the long run's marks"
+    )
+    parser.add_argument(
+        "--plots-dir",
+        type=Path,
+        default=None,
+        help="where the PNG figures go (default: next to --docs; none with --no-docs)",
     )
     parser.add_argument("--jdbc-batchsize", type=int, default=d.jdbc_batchsize)
     parser.add_argument(
@@ -259,17 +274,30 @@ def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
     }
 
 
+def _write_over_time(payload: dict[str, Any], args: argparse.Namespace) -> None:
+    """The figures, and the docs block of the long run and the figures."""
+    from benchmarks.spark_writers import over_time
+
+    directory = args.plots_dir or (None if args.no_docs else args.docs.parent)
+    if directory is not None:
+        for path in over_time.write_plots(payload, directory):
+            print(f"figure: {path}")
+    if not args.no_docs:
+        over_time.write_docs(payload, args.docs)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO, format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S"
     )
     logging.getLogger("twopc").setLevel(logging.WARNING)  # one line per batch otherwise
-    from benchmarks.spark_writers import report
+    from benchmarks.spark_writers import over_time, report
 
     if args.command == "render":
         payload = json.loads(args.output.read_text(encoding="utf-8"))
         report.write_docs(payload, args.docs)
+        _write_over_time(payload, args)
         print(f"wrote the tables of {args.docs} from {args.output}")
         return 0
     config = config_from(args)
@@ -281,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         # SIGTERM as an exception, so that the cluster is stopped on the way out
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     payload = run(config, endpoints, command.strip())
+    if args.long_run_batches > 0:
+        payload["long_run"] = over_time.run_long(
+            args.long_run_batches, args.long_run_at, config.work_dir
+        )
     report.write_json(args.output, payload)
     if config.standalone_targets:
         payload["standalone"] = run_standalone(config, endpoints)
@@ -288,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report.render(payload))
     if not args.no_docs:
         report.write_docs(payload, args.docs)
+    _write_over_time(payload, args)
     print(f"results: {args.output}")
     return 0
 

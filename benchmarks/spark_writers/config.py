@@ -142,8 +142,8 @@ class BenchConfig:
     partitions: int = 2
     reps: int = 5
     targets: tuple[str, ...] = TARGETS
-    scaling_partitions: tuple[int, ...] = (1, 2, 4)
-    scaling_rows: tuple[int, ...] = (5_000_000,)
+    scaling_partitions: tuple[int, ...] = (1, 2, 4, 8)
+    scaling_rows: tuple[int, ...] = (5_000_000, 20_000_000)  # and --rows, the main workload
     scaling_targets: tuple[str, ...] = ("files", "postgres_append")
     overhead_batches: int = 20
     overhead_rows: int = 1_000

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from twopc.storage import (
     atomic_write,
     create_exclusive,
     filesystem_for,
+    fsync_directory,
     is_local,
     join,
 )
@@ -339,7 +341,18 @@ class CommitLog:
         return found
 
     def mark_done(self, query_id: str, batch_id: int) -> None:
-        atomic_write(self._fs, self._path(query_id, batch_id, _DONE_SUFFIX), b"")
+        """Record that phase 2 finished. The marker is empty: on a local disk it is created
+        in place (nothing to tear, so no temporary file and rename) and its directory
+        fsynced. It only saves work: a lost ``done`` makes the next recovery finish the
+        decided batch again, which is idempotent."""
+        path = self._path(query_id, batch_id, _DONE_SUFFIX)
+        if not is_local(self._fs):
+            atomic_write(self._fs, path, b"")
+            return
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
+        fsync_directory(directory)
 
     def decision(self, query_id: str, batch_id: int) -> Decision | None:
         path = self._path(query_id, batch_id, _DECISION_SUFFIX)
@@ -390,10 +403,7 @@ class CommitLog:
 
     def _batch_files(self, query_id: str, *, exists: bool = False) -> list[str]:
         """The names in a query's directory; ``exists``: it was just listed, do not check."""
-        directory = join(self._root, query_id)
-        if not exists and not self._fs.exists(directory):
-            return []
-        names = (_basename(p) for p in self._fs.ls(directory, detail=False))
+        names = _list_names(self._fs, join(self._root, query_id), exists=exists)
         # Skip hidden names: a crash can leave an atomic write's temporary file behind.
         return [n for n in names if not n.startswith(".")]
 
@@ -411,10 +421,12 @@ class CommitLog:
     # -- liveness -------------------------------------------------------------------------
 
     def write_heartbeat(self, heartbeat: Heartbeat) -> None:
-        """Record that a writer runs this query (see :mod:`twopc._liveness`)."""
+        """Record that a writer runs this query (see :mod:`twopc._liveness`). Twice a
+        batch, and only a hint (a crash leaves a stale record, which is recognised as
+        such), so not fsynced: a power loss may lose it, readers never see half of it."""
         directory = join(self._root, heartbeat.query_id)
         self._fs.makedirs(directory, exist_ok=True)
-        atomic_write(self._fs, join(directory, HEARTBEAT_NAME), heartbeat.to_bytes())
+        atomic_write(self._fs, join(directory, HEARTBEAT_NAME), heartbeat.to_bytes(), durable=False)
 
     def remove_heartbeat(self, query_id: str) -> None:
         path = join(self._root, query_id, HEARTBEAT_NAME)
@@ -481,9 +493,22 @@ class CommitLog:
         """Delete entries of finished batches (log retention)."""
         for batch_id in batch_ids:
             for suffix in (_DECISION_SUFFIX, _DONE_SUFFIX, _RUNS_SUFFIX):
-                path = self._path(query_id, batch_id, suffix)
-                if self._fs.exists(path):
-                    self._fs.rm_file(path)
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.rm_file(self._path(query_id, batch_id, suffix))
+
+
+def _list_names(fs: Any, directory: str, *, exists: bool = False) -> list[str]:
+    """The names in ``directory`` (empty when it does not exist; ``exists``: it was just
+    listed). On a local disk ``os.listdir``: fsspec's ``ls`` normalises every entry's path,
+    which cost more than the rest of a batch's log work once the log held its retention."""
+    if is_local(fs):
+        try:
+            return os.listdir(directory)
+        except FileNotFoundError:
+            return []
+    if not exists and not fs.exists(directory):
+        return []
+    return [_basename(p) for p in fs.ls(directory, detail=False)]
 
 
 def _same_record(a: BatchRun, b: BatchRun) -> bool:

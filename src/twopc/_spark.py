@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -105,6 +106,84 @@ def is_connect_session(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+class _JobTracker:
+    """The jobs of phase 1's action and their stages, read from Spark's status tracker in
+    a few py4j calls.
+
+    The action runs under a job tag of its own, so its jobs are looked up by that tag
+    rather than by listing every job of the query's job group before and after it: a
+    running query's group holds every job of the run that the status store retains
+    (``spark.ui.retainedJobs``, 1,000 by default), and PySpark's ``StatusTracker`` turns
+    a Java array into a list with one py4j call per element, so those two listings cost
+    more every batch. Arrays come over in one call here, as text."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+        self._arrays = context._jvm.java.util.Arrays
+        self._java = context._jsc.statusTracker()  # null where Spark forgot a job or stage
+        self._scala = context._jsc.sc().statusTracker()  # the one with getJobIdsForTag
+
+    @classmethod
+    def of(cls, spark: Any, known: _JobTracker | None = None) -> _JobTracker | None:
+        """The tracker of ``spark``'s context (``known`` if it is that context's);
+        ``None`` over Spark Connect, which has no status tracker, or where the tracker
+        cannot be reached (phase 1's jobs then count as unknown)."""
+        if is_connect_session(spark):
+            return None
+        context = spark.sparkContext
+        if known is not None and known.context is context:
+            return known
+        try:
+            return cls(context)
+        except Exception:
+            _log.debug("cannot reach Spark's status tracker", exc_info=True)
+            return None
+
+    def tag(self) -> str | None:
+        """Tag the jobs this thread starts from now on; returns the tag (``None``: the
+        tag could not be set)."""
+        tag = f"twopc-phase1-{uuid.uuid4().hex}"
+        try:
+            self.context.addJobTag(tag)
+        except Exception:
+            _log.debug("cannot tag phase 1's Spark jobs", exc_info=True)
+            return None
+        return tag
+
+    def untag(self, tag: str | None) -> set[int] | None:
+        """Stop tagging; the ids of the jobs that ran under ``tag`` (``None``: unknown)."""
+        if tag is None:
+            return None
+        try:
+            self.context.removeJobTag(tag)
+            return set(self._ints(self._scala.getJobIdsForTag(tag)))
+        except Exception:
+            _log.debug("cannot read phase 1's Spark jobs", exc_info=True)
+            return None
+
+    def stages(self, jobs: set[int]) -> list[int]:
+        """The stages of ``jobs`` that Spark still knows."""
+        found: list[int] = []
+        for job in sorted(jobs):
+            info = self._java.getJobInfo(job)
+            if info is not None:
+                found += self._ints(info.stageIds())
+        return found
+
+    def attempt(self, stage: int) -> int:
+        """The stage's current attempt number (0 for a stage Spark forgot)."""
+        info = self._java.getStageInfo(stage)
+        return int(info.currentAttemptId()) if info is not None else 0
+
+    def active_tasks(self, stage: int) -> int:
+        info = self._java.getStageInfo(stage)
+        return int(info.numActiveTasks()) if info is not None else 0
+
+    def _ints(self, array: Any) -> list[int]:
+        text = str(self._arrays.toString(array)).strip("[]")
+        return [int(x) for x in text.split(",") if x.strip()]
+
+
 class _SparkEngine:
     """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``.
 
@@ -117,19 +196,15 @@ class _SparkEngine:
         df: DataFrame,
         *,
         speculation: bool = False,
-        job_group: str = "",
         spark_write: WritesWithSpark | None = None,
+        tracker: _JobTracker | None = None,
     ) -> None:
         self._df = df
         self._speculation = speculation
-        self._job_group = job_group or None
         self._spark_write = spark_write
-        self._jobs: set[int] = set()
-        self._tracker: Any = (
-            None
-            if is_connect_session(df.sparkSession)
-            else df.sparkSession.sparkContext.statusTracker()
-        )
+        self._jobs: set[int] | None = set()
+        """Phase 1's Spark jobs; ``None`` when they could not be told."""
+        self._tracker = tracker or _JobTracker.of(df.sparkSession)
 
     def partition_count(self) -> int | None:
         """Partitions phase 1 will run, known before anything runs: the physical plan's
@@ -161,39 +236,25 @@ class _SparkEngine:
         tracker = self._tracker
         if tracker is None:
             return True  # cannot tell over Spark Connect: clean up as if it did
+        if self._jobs is None:
+            return True  # phase 1's jobs are not known: clean up as if it did
         try:
-            for job in sorted(self._jobs):
-                info = tracker.getJobInfo(job)
-                for stage in info.stageIds if info is not None else ():
-                    stage_info = tracker.getStageInfo(stage)
-                    if stage_info is not None and stage_info.currentAttemptId > 0:
-                        return True
+            return any(tracker.attempt(stage) > 0 for stage in tracker.stages(self._jobs))
         except Exception:
             _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
             return True  # cannot tell: clean up as if it did
-        return False
 
     def wait_for_stragglers(self, timeout: float) -> bool:
         """Wait (bounded) until phase 1's job has no running task attempt left: Spark kills
         the losing copies of speculated tasks only after the job has its results. Whether
         they all ended (``False`` over Spark Connect, which cannot tell)."""
         tracker = self._tracker
-        if tracker is None:
+        if tracker is None or self._jobs is None:
             return False
-        stages = [
-            stage
-            for job in sorted(self._jobs)
-            if (job_info := tracker.getJobInfo(job)) is not None
-            for stage in job_info.stageIds
-        ]
+        stages = tracker.stages(self._jobs)
         deadline = time.monotonic() + timeout
         while True:
-            running = [
-                stage
-                for stage in stages
-                if (stage_info := tracker.getStageInfo(stage)) is not None
-                and stage_info.numActiveTasks > 0
-            ]
+            running = [stage for stage in stages if tracker.active_tasks(stage) > 0]
             if not running:
                 return True
             if time.monotonic() >= deadline:
@@ -233,7 +294,7 @@ class _SparkEngine:
         """Run one Spark action of phase 1, remembering its jobs (for the stage attempts
         and the stragglers); a failure is raised as a :class:`~twopc.SinkError`."""
         tracker = self._tracker
-        before = set(tracker.getJobIdsForGroup(self._job_group)) if tracker else set()
+        tag = tracker.tag() if tracker is not None else None
         try:
             return action()
         except Exception as exc:
@@ -248,7 +309,7 @@ class _SparkEngine:
             raise SinkError(f"{what}: {_worker_error(exc)}") from exc
         finally:
             if tracker is not None:
-                self._jobs = set(tracker.getJobIdsForGroup(self._job_group)) - before
+                self._jobs = tracker.untag(tag)
 
     def _write_with_spark(self, task: Phase1Task, sink: WritesWithSpark) -> list[TaskReport]:
         """Phase 1 as one Spark write job into the location the sink names for this run,
@@ -331,6 +392,7 @@ class SparkBatchWriter(BatchWriter):
         self._speculation: bool | None = None
         self._phase1_chosen = False
         self._spark_write: WritesWithSpark | None = None
+        self._tracker: _JobTracker | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch. Everything that leaves is a twopc error naming the sink and
@@ -400,6 +462,7 @@ class SparkBatchWriter(BatchWriter):
             self._spark_write = choose_spark_write(self.sink, self.sink_id)
             self._phase1_chosen = True
         df = arrange_for(self.sink, df)
+        self._tracker = _JobTracker.of(df.sparkSession, self._tracker)
         if self._persist:
             df = df.persist()
         try:
@@ -409,8 +472,8 @@ class SparkBatchWriter(BatchWriter):
                 _SparkEngine(
                     df,
                     speculation=bool(self._speculation),
-                    job_group=run_id,
                     spark_write=self._spark_write,
+                    tracker=self._tracker,
                 ),
                 lambda: checkpoint,
                 run_id=run_id,

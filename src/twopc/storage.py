@@ -52,10 +52,14 @@ TEMP_PREFIX = ".tmp-"
 """Names of :func:`atomic_write`'s temporary files; a crash mid-write can leave one."""
 
 
-def atomic_write(fs: Any, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see all of it or nothing."""
+def atomic_write(fs: Any, path: str, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so that readers see all of it or nothing.
+
+    ``durable=False`` skips the two fsyncs on a local disk: readers still see all or
+    nothing, but a power loss may lose the write. For records that are only hints, such
+    as a liveness record rewritten every batch."""
     if is_local(fs):
-        _write_local(path, data, exclusive=False)
+        _write_local(path, data, exclusive=False, durable=durable)
     else:
         fs.pipe_file(path, data)
 
@@ -99,18 +103,20 @@ def _precondition_failed(exc: OSError) -> bool:
     return code in _PRECONDITION_FAILED or status == 412
 
 
-def _write_local(path: str, data: bytes, *, exclusive: bool) -> bool:
+def _write_local(path: str, data: bytes, *, exclusive: bool, durable: bool = True) -> bool:
     """Write a hidden temporary file next to ``path``, fsync it, then give it the name:
     by rename (replacing what is there), or, ``exclusive``, by a hard link, which fails on
-    an existing name (``False`` then)."""
+    an existing name (``False`` then). ``durable=False``: no fsync, of the file or of the
+    directory."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f"{TEMP_PREFIX}{uuid.uuid4().hex}-{os.path.basename(path)}")
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         if not exclusive:
             os.replace(tmp, path)
         else:
@@ -125,7 +131,8 @@ def _write_local(path: str, data: bytes, *, exclusive: bool) -> bool:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    fsync_directory(directory)
+    if durable:
+        fsync_directory(directory)
     return True
 
 

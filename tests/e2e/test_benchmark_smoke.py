@@ -59,6 +59,8 @@ def test_benchmark_command_at_tiny_sizes(
         "--rows", str(ROWS), "--reps", "1",
         "--scaling-partitions", "1", "--scaling-rows", "4000",
         "--overhead-batches", "2",
+        "--long-run-batches", "30", "--long-run-at", "10,20,30",
+        "--plots-dir", str(tmp_path / "plots"),
         "--master", "local[2]", "--driver-memory", "1g",
         "--standalone-targets", ",".join(STANDALONE),
         "--work-dir", str(tmp_path / "work"),
@@ -115,6 +117,13 @@ def test_benchmark_command_at_tiny_sizes(
     assert sorted(floor["median_seconds"]) == ["python_job", "spark_noop_job", "twopc_null"]
     assert all(v > 0 for v in floor["median_seconds"].values())
 
+    long_run = payload["long_run"]
+    assert [m["batch"] for m in long_run["marks"]] == [10, 20, 30]
+    assert all(m["median_ms"] > 0 and m["log"]["files"] > 0 for m in long_run["marks"])
+    assert isinstance(long_run["time_flat"], bool) and isinstance(long_run["log_flat"], bool)
+    for figure in ("benchmarks-scaling.png", "benchmarks-long-run.png"):
+        assert (tmp_path / "plots" / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
     meta = payload["meta"]
     assert meta["machine"]["cores"] >= 1 and meta["machine"]["cpu"]
     assert {"postgres", "mysql", "kafka"} <= set(meta["servers"])
@@ -135,3 +144,4 @@ def test_benchmark_command_at_tiny_sizes(
     assert "Overhead per micro-batch" in page and "### Scaling" in page
     assert "### The floor" in page and "### Goals" in page
     assert "standalone cluster" in page
+    assert "### Cost over time: 30 micro-batches" in page and "### Scaling, plotted" in page

@@ -146,6 +146,19 @@ def test_forget_removes_finished_entries(log_url: str) -> None:
     assert log.is_done("q-1", 2)
 
 
+def test_done_is_an_empty_marker_written_again_harmlessly(log_url: str) -> None:
+    log = CommitLog(log_url)
+    log.record_decision(decision("q-1", 3))
+    log.mark_done("q-1", 3)
+    log.mark_done("q-1", 3)  # a recovery finishing the batch again
+    fs, root = fsspec.core.url_to_fs(log_url)
+    assert fs.cat_file(f"{root}/q-1/{3:020d}.done") == b""
+    assert sorted(listing(log_url)) == [f"q-1/{3:020d}.decision.json", f"q-1/{3:020d}.done"]
+    state = log.batch_state("q-1", 3)
+    assert state.done and state.finished == (3,) and state.decided == (3,)
+    assert log.pending() == []
+
+
 def test_decision_files_are_plain_json(log_url: str) -> None:
     log = CommitLog(log_url)
     log.record_decision(decision("q-1", 4))

@@ -193,3 +193,21 @@ def test_create_exclusive_on_s3_writes_a_free_name() -> None:
     store = _ConditionalPutStore(None)
     assert create_exclusive(store, "bucket/log/x", b"x") is True
     assert store.written == ["bucket/log/x"]
+
+
+def test_atomic_write_without_durability_skips_the_fsyncs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, root = filesystem_for(str(tmp_path))
+    target = join(root, "hint.json")
+    atomic_write(fs, target, b"old")
+
+    def no_fsync(fd: int) -> None:
+        raise AssertionError("fsync called")
+
+    monkeypatch.setattr(os, "fsync", no_fsync)
+    atomic_write(fs, target, b"new", durable=False)
+    assert fs.cat_file(target) == b"new"
+    assert sorted(os.listdir(tmp_path)) == ["hint.json"]  # no temporary file left
+    with pytest.raises(AssertionError, match="fsync called"):
+        atomic_write(fs, target, b"again")  # durable by default
