@@ -5,6 +5,8 @@ from the target (``tests.chaos.targets``), never from twopc's own log."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +63,12 @@ def add_input(directory: Path, index: int) -> set[int]:
     directory.mkdir(parents=True, exist_ok=True)
     ids = range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE)
     lines = [json.dumps({"id": i, "payload": f"p{i}"}) for i in ids]
-    (directory / f"in-{index:04d}.json").write_text("\n".join(lines) + "\n")
+    path = directory / f"in-{index:04d}.json"
+    path.write_text("\n".join(lines) + "\n")
+    # Spark's file source takes files in the order of their modification times, which tie
+    # for files written within a millisecond: a second apart, file n is batch n.
+    stamp = time.time() + index
+    os.utime(path, (stamp, stamp))
     return set(ids)
 
 
