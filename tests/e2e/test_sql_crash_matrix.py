@@ -95,7 +95,13 @@ def database(request: pytest.FixtureRequest) -> Database:
     return Database(backend, dsn)
 
 
-def _query(db: Database, tmp_path: Path, table: str, mode: str, sink_id: str) -> list[str]:
+def sql_query(
+    db: Database, tmp_path: Path, table: str, mode: str, sink_id: str, **shape: Any
+) -> list[str]:
+    """The command of a local-engine query into ``table`` (``shape``: batches, partitions,
+    rows and the other options of ``tests.e2e.local_sql_query``, this module's by default)."""
+    options: dict[str, Any] = {"batches": BATCHES, "partitions": PARTITIONS, "rows": ROWS}
+    options.update(shape)
     return local_query(
         "local_sql_query",
         backend=db.backend,
@@ -103,10 +109,8 @@ def _query(db: Database, tmp_path: Path, table: str, mode: str, sink_id: str) ->
         table=table,
         transaction_mode=mode,
         checkpoint=tmp_path / "chk",
-        batches=BATCHES,
-        partitions=PARTITIONS,
-        rows=ROWS,
         sink_id=sink_id,
+        **options,
     )
 
 
@@ -126,7 +130,7 @@ def test_sigkill_at_crash_point_then_restart(
         where = "" if point.on_driver else ",partition=1"
         rows = ",rows=10" if point is CrashPoint.AFTER_INVOKE else ""
         first = run_process(
-            _query(database, tmp_path, table, mode, sink_id),
+            sql_query(database, tmp_path, table, mode, sink_id),
             faults=f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}",
             timeout=120,
         )
@@ -136,7 +140,7 @@ def test_sigkill_at_crash_point_then_restart(
         assert all(n == 1 for n in visible.values()), "duplicates after the crash"
         assert set(visible) <= EXPECTED
 
-        second = run_process(_query(database, tmp_path, table, mode, sink_id), timeout=120)
+        second = run_process(sql_query(database, tmp_path, table, mode, sink_id), timeout=120)
         assert second.returncode == 0, second.stderr[-3000:]
         ids = database.ids(table)
         assert sorted(ids.elements()) == sorted(EXPECTED), (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import local_query, run_process
+from tests.e2e.test_sql_crash_matrix import Database, sql_query
+from tests.helpers import run_process
 from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -48,19 +48,10 @@ def database(request: pytest.FixtureRequest) -> Database:
 
 
 def _query(db: Database, tmp_path: Path, table: str, mode: str, sink_id: str) -> list[str]:
-    return local_query(
-        "local_sql_query",
-        backend=db.backend,
-        dsn=db.dsn,
-        table=table,
-        transaction_mode=mode,
-        checkpoint=tmp_path / "chk",
-        batches=BATCHES,
-        partitions=PARTITIONS,
-        rows=ROWS,
-        sink_id=sink_id,
-        new_column_from=NEW_COLUMN_FROM,
-    )
+    return sql_query(
+        db, tmp_path, table, mode, sink_id,
+        batches=BATCHES, partitions=PARTITIONS, rows=ROWS, new_column_from=NEW_COLUMN_FROM,
+    )  # fmt: skip
 
 
 def _columns(db: Database, table: str) -> list[str]:
