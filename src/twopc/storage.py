@@ -24,6 +24,7 @@ __all__ = [
     "create_exclusive",
     "filesystem_for",
     "fsync_directory",
+    "fsync_file",
     "is_local",
     "join",
 ]
@@ -138,7 +139,17 @@ def _write_local(path: str, data: bytes, *, exclusive: bool, durable: bool = Tru
 
 def fsync_directory(directory: str) -> None:
     """Persist a directory entry change (rename, create) on local filesystems."""
-    fd = os.open(directory, os.O_RDONLY)
+    _fsync(directory)
+
+
+def fsync_file(path: str) -> None:
+    """Persist a closed local file's contents (one written by another process, such as
+    Spark's writer)."""
+    _fsync(path)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -52,6 +52,7 @@ from twopc.storage import (
     create_exclusive,
     filesystem_for,
     fsync_directory,
+    fsync_file,
     is_local,
     join,
 )
@@ -474,7 +475,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         if staged and is_local(self.fs):
             # pre_commit's promise: what the committable names survives a crash
             for done in staged:
-                _fsync_file(self._abs(done.staged))
+                fsync_file(self._abs(done.staged))
             for directory in {self._abs(d.staged).rsplit("/", 1)[0] for d in staged}:
                 fsync_directory(directory)
         files_ = tuple(sorted(staged, key=lambda f: f.final))
@@ -896,14 +897,6 @@ def fsspec_split(url: str) -> tuple[str, str]:
     """(protocol, the rest) of an fsspec URL; ``file`` for a plain path."""
     protocol, rest = url.split("://", 1) if "://" in url else ("file", url)
     return protocol, rest
-
-
-def _fsync_file(path: str) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _discard(handle: IO[bytes] | MultipartFile) -> None:
