@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.chaos import procs
 from tests.chaos.sinks import SinkSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,6 +118,46 @@ def kill_when(
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     return log.read_text()
+
+
+def kill_executors_when(
+    args: list[str],
+    log: Path,
+    condition: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float = 240,
+    finish: float = 400,
+) -> tuple[int, str]:
+    """Start the query (a ``local-cluster`` master), wait until ``condition()`` holds, then
+    SIGKILL every executor JVM it started and let the query go on: Spark replaces them and
+    runs the lost tasks again. Returns the query's exit code and output."""
+    with log.open("w") as out:
+        query = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            ended = f"the query ended before {what}:\n"
+            assert query.poll() is None, ended + log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"not {what} within {timeout:.0f} s"
+            time.sleep(0.2)
+        executors = procs.executor_jvms(query.pid)
+        assert executors, "no executor JVM found"
+        for pid in executors:
+            procs.sigkill(pid)
+        returncode = query.wait(timeout=finish)
+    finally:
+        if query.poll() is None:  # the driver and everything it started
+            os.killpg(query.pid, signal.SIGKILL)
+            query.wait()
+    return returncode, log.read_text()
 
 
 def wait_for_decided(roots: list[Path], batch_id: int, timeout: float = 240) -> Path:

@@ -7,10 +7,6 @@ what the target shows."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -224,8 +220,7 @@ def test_an_executor_jvm_killed_mid_write(target: Any, tmp_path: Path) -> None:
     retry of partition 1 gives way to it and the write fails. It must fail clean (nothing
     visible; Spark's ``abort`` rolls the killed attempt's work back), and the same
     ``write_id`` run again writes every row once."""
-    from tests.chaos import procs
-    from tests.e2e.entry_runs import _env
+    from tests.e2e.entry_runs import kill_executors_when
 
     entry, target, spec = target
     source = tmp_path / "in"
@@ -239,27 +234,12 @@ def test_an_executor_jvm_killed_mid_write(target: Any, tmp_path: Path) -> None:
         master="local-cluster[2,1,1024]",
         faults=f"{_STALL_POINT[spec.backend]}:sleep=30@partition=1,attempt=0",
     )
-    log = tmp_path / "query.log"
-    with log.open("w") as out:
-        query = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 240
-        while not _partition_1_stalled(target, spec):
-            assert query.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "partition 1 never reached its stall"
-            time.sleep(0.2)
-        executors = procs.executor_jvms(query.pid)
-        assert executors, "no executor JVM found"
-        for pid in executors:
-            procs.sigkill(pid)
-        returncode = query.wait(timeout=400)
-    finally:
-        if query.poll() is None:  # the driver and everything it started
-            os.killpg(query.pid, signal.SIGKILL)
-            query.wait()
-    output = log.read_text()
+    returncode, output = kill_executors_when(
+        args,
+        tmp_path / "query.log",
+        lambda: _partition_1_stalled(target, spec),
+        "partition 1 reached its stall",
+    )
     if (entry, spec.backend) != ("batch-format", "postgres"):
         assert returncode == 0, output[-3000:]
     else:

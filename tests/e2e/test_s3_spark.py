@@ -13,8 +13,6 @@ worker kills and the executor kill are ``extended`` (the local engine's S3 matri
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +20,10 @@ from typing import Any
 import pytest
 import s3fs
 
-from tests.chaos import procs
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.targets import S3FilesTarget, make_target
 from tests.e2e.backend_cases import add_input
-from tests.e2e.entry_runs import _env, command, kill_when, run
+from tests.e2e.entry_runs import command, kill_executors_when, kill_when, run
 from tests.helpers import run_process
 from tests.integration.conftest import S3Store
 from tests.integration.services import ServiceControl
@@ -154,24 +151,13 @@ def test_both_executor_jvms_sigkilled_mid_task(target: Any, tmp_path: Path) -> N
         faults=f"after_invoke:sleep=8@batch={CRASH_BATCH},partition=1,attempt=0",
     )
     started = f"_twopc_staging/{spec.sink_id}/*/{CRASH_BATCH:020d}/00001-*/_started"
-    log = tmp_path / "query.log"
-    with log.open("w") as out:
-        query = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=_env())
-    try:
-        deadline = time.monotonic() + 240
-        while not _glob(s3_target, spec, started):
-            assert query.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "partition 1 of the batch never started"
-            time.sleep(0.3)
-        executors = procs.executor_jvms(query.pid)
-        assert executors, "no executor JVM found"
-        for pid in executors:
-            procs.sigkill(pid)
-        assert query.wait(timeout=400) == 0, log.read_text()[-3000:]
-    finally:
-        if query.poll() is None:
-            query.kill()
-            query.wait()
+    returncode, output = kill_executors_when(
+        args,
+        tmp_path / "query.log",
+        lambda: bool(_glob(s3_target, spec, started)),
+        "partition 1 of the batch started",
+    )
+    assert returncode == 0, output[-3000:]
     _assert_exactly_once(s3_target, spec, expected)
 
 

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.chaos import procs
 from tests.chaos.sinks import SinkSpec
 from tests.chaos.targets import FilesTarget
 from tests.e2e.backend_cases import add_input, run_query
-from tests.e2e.entry_runs import REPO, _env, command, kill_when, run
+from tests.e2e.entry_runs import command, kill_executors_when, kill_when, run
 from tests.helpers import assert_exactly_once, read_ids, staged_attempts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -141,24 +138,13 @@ def test_an_executor_sigkilled_mid_job_is_retried_by_spark(tmp_path: Path) -> No
         *command("foreach", spec, source, tmp_path / "chk", master="local-cluster[2,1,1024]"),
         *["--slow-ids", f"{40 * CRASH_BATCH}:{40 * CRASH_BATCH + 40}", "--slow-ms", "150"],
     ]
-    log = tmp_path / "query.log"
-    with log.open("w") as sink:
-        query = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, env=_env(), cwd=REPO)
-    try:
-        deadline = time.monotonic() + 240
-        while not _in_job(out, CRASH_BATCH):
-            assert query.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "batch 1's write job never started"
-            time.sleep(0.1)
-        executors = procs.executor_jvms(query.pid)
-        assert executors, "no executor JVM found"
-        for pid in executors:
-            procs.sigkill(pid)
-        assert query.wait(timeout=400) == 0, log.read_text()[-3000:]
-    finally:
-        if query.poll() is None:
-            query.kill()
-            query.wait()
+    returncode, output = kill_executors_when(
+        args,
+        tmp_path / "query.log",
+        lambda: _in_job(out, CRASH_BATCH),
+        "batch 1's write job started",
+    )
+    assert returncode == 0, output[-3000:]
     assert_exactly_once(read_ids(out), expected)
     assert FilesTarget().leftovers(spec) == []
 
