@@ -245,6 +245,7 @@ def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "--rows", str(config.rows), "--partitions", str(config.partitions),
             "--reps", str(config.reps), "--targets", ",".join(config.standalone_targets),
             "--scaling-partitions", "", "--scaling-rows", "", "--overhead-batches", "0",
+            "--long-run-batches", "0",
             "--jdbc-batchsize", str(config.jdbc_batchsize),
             "--driver-memory", config.driver_memory, "--workers", str(config.workers),
             "--worker-cores", str(config.worker_cores),

@@ -23,9 +23,7 @@ from benchmarks.spark_writers.config import GOALS, TARGETS, UPSERT_ALTERNATIVES
 from benchmarks.spark_writers.overhead import VARIANTS
 from benchmarks.spark_writers.report import BEGIN, END
 
-# a few minutes of Spark sessions, one run per writer and target: --extended (scripts/bench
-# runs the same command at full size for every recorded result)
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.extended]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 3_000
@@ -41,12 +39,8 @@ def _sane(side: dict[str, Any]) -> None:
     assert side["first_batch_median_seconds"] > 0
 
 
-@pytest.mark.timeout(1500)  # the run and the standalone cluster's, at a load average of ~5
-def test_benchmark_command_at_tiny_sizes(
-    kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str, tmp_path: Path
-) -> None:
-    output = tmp_path / "bench.json"
-    env = {
+def _env(kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str) -> dict[str, str]:
+    return {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "POSTGRES_DSN": postgres_dsn,
@@ -54,6 +48,65 @@ def test_benchmark_command_at_tiny_sizes(
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
+
+
+@pytest.mark.timeout(900)
+def test_issue_18s_new_paths_at_tiny_sizes(
+    kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str, tmp_path: Path
+) -> None:
+    """CI's smoke run: the paths issue 18 added (the files sink's Spark write path against
+    ``df.write.parquet`` and Spark's file sink, both upsert alternatives on an empty and on a
+    full table, the overhead variants, a standalone cluster), one run each."""
+    output = tmp_path / "bench.json"
+    targets = ("files", "postgres_upsert_existing", "mysql_upsert_empty")
+    command = [
+        sys.executable, "-m", "benchmarks.spark_writers",
+        "--rows", "2000", "--reps", "1", "--targets", ",".join(targets),
+        "--scaling-targets", "", "--scaling-rows", "", "--scaling-partitions", "",
+        "--overhead-batches", "2", "--long-run-batches", "0",
+        "--master", "local[2]", "--driver-memory", "1g", "--standalone-targets", "files",
+        "--work-dir", str(tmp_path / "work"),
+        "--output", str(output), "--no-docs", "--no-start-services",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command,
+        cwd=REPO,
+        env=_env(kafka_bootstrap, postgres_dsn, mysql_dsn),
+        capture_output=True,
+        text=True,
+        timeout=800,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    payload = json.loads(output.read_text())
+    main = {r["target"]: r for r in payload["results"] if r["workload"] == "main"}
+    assert sorted(main) == sorted(targets)
+    assert main["files"]["twopc"]["writer"] == "twopc files (parquet, Spark's writer)"
+    assert set(main["files"]["alternatives"]) == {"spark", "stream"}
+    for target in targets[1:]:
+        assert set(main[target]["alternatives"]) == {"jdbc_staging", "executemany"}
+    for result in payload["results"]:
+        _sane(result["twopc"])
+        for side in result["alternatives"].values():
+            _sane(side)
+        assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    assert [s["target"] for s in payload["summary"]] == list(targets)
+    assert list(payload["overhead"]["median_ms"]) == list(VARIANTS)
+    standalone = payload["standalone"]
+    assert standalone["cluster"]["workers"] == 2
+    assert [r["target"] for r in standalone["results"]] == ["files"]
+    _sane(standalone["results"][0]["twopc"])
+
+
+# a few minutes of Spark sessions, one run per writer and target: --extended (scripts/bench
+# runs the same command at full size for every recorded result)
+@pytest.mark.extended
+@pytest.mark.timeout(1500)  # the run and the standalone cluster's, at a load average of ~5
+def test_benchmark_command_at_tiny_sizes(
+    kafka_bootstrap: str, postgres_dsn: str, mysql_dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "bench.json"
+    env = _env(kafka_bootstrap, postgres_dsn, mysql_dsn)
     command = [
         sys.executable, "-m", "benchmarks.spark_writers",
         "--rows", str(ROWS), "--reps", "1",
