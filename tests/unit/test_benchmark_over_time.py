@@ -1,6 +1,6 @@
 """The benchmark's long run and figures at tiny sizes, without Spark or services, so that CI
-covers them (the whole benchmark command's smoke test needs both and runs with
-``--extended``)."""
+covers them (the benchmark command's smoke tests need both: issue 18's new paths run in
+CI, the whole command with ``--extended``)."""
 
 from __future__ import annotations
 
@@ -119,3 +119,25 @@ def test_figures_and_the_docs_block(tmp_path: Path) -> None:
     assert "### Cost over time: 12 micro-batches of one query" in page
     assert f"]({plots.LONG_RUN_PNG})" in page and f"]({plots.SCALING_PNG})" in page
     assert "From this run" in page
+
+
+def test_issue_18s_overhead_goals_are_computed_and_rendered() -> None:
+    from benchmarks.spark_writers import overhead
+    from benchmarks.spark_writers.report import _overhead_goals
+
+    medians = {
+        "empty": 2.0,
+        "spark_noop_job": 60.0,
+        "python_job": 85.0,
+        "twopc_null": 93.5,
+        "spark_parquet": 80.0,
+        "twopc_files": 110.0,
+        "twopc_files_python": 130.0,
+    }
+    goals = overhead.issue_18_goals(medians)
+    assert goals["coordination_ms"] == 8.5 and goals["coordination_met"]
+    assert goals["files_overhead_ms"] == 108.0 and not goals["files_met"]
+    assert goals["files_beyond_spark_parquet_ms"] == 30.0
+    page = "\n".join(_overhead_goals(goals))
+    assert "| 8.5 ms | ≤ 10 ms | met |" in page
+    assert "| 108.0 ms | ≤ 100 ms | **missed** |" in page
