@@ -90,14 +90,10 @@ def kill_when_decided(
     )
 
 
-def kill_when(
-    args: list[str], log_dir: Path, condition: Callable[[], bool], what: str, timeout: float = 240
-) -> str:
-    """Start the query, wait until ``condition()`` holds, then SIGKILL the query's whole
-    process group. Returns its output."""
-    log = log_dir / f"killed-{time.monotonic_ns()}.log"
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start the query in a process group of its own, its output into ``log``."""
     with log.open("w") as out:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             args,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -105,14 +101,34 @@ def kill_when(
             cwd=REPO,
             start_new_session=True,
         )
+
+
+def _wait_until(
+    process: subprocess.Popen[bytes],
+    log: Path,
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float,
+) -> None:
+    """Poll ``condition`` until it holds; fail if the query ends first or time runs out."""
     deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the query ended before {what}:\n" + log.read_text()[-3000:])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def kill_when(
+    args: list[str], log_dir: Path, condition: Callable[[], bool], what: str, timeout: float = 240
+) -> str:
+    """Start the query, wait until ``condition()`` holds, then SIGKILL the query's whole
+    process group. Returns its output."""
+    log = log_dir / f"killed-{time.monotonic_ns()}.log"
+    process = _start(args, log)
     try:
-        while not condition():
-            if process.poll() is not None:
-                raise AssertionError(f"the query ended before {what}:\n" + log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not {what} within {timeout:.0f} s")
-            time.sleep(0.2)
+        _wait_until(process, log, condition, what, timeout)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -132,22 +148,9 @@ def kill_executors_when(
     """Start the query (a ``local-cluster`` master), wait until ``condition()`` holds, then
     SIGKILL every executor JVM it started and let the query go on: Spark replaces them and
     runs the lost tasks again. Returns the query's exit code and output."""
-    with log.open("w") as out:
-        query = subprocess.Popen(
-            args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            cwd=REPO,
-            start_new_session=True,
-        )
+    query = _start(args, log)
     try:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            ended = f"the query ended before {what}:\n"
-            assert query.poll() is None, ended + log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"not {what} within {timeout:.0f} s"
-            time.sleep(0.2)
+        _wait_until(query, log, condition, what, timeout)
         executors = procs.executor_jvms(query.pid)
         assert executors, "no executor JVM found"
         for pid in executors:
