@@ -306,16 +306,15 @@ def _overhead_goals(overhead: dict[str, Any]) -> list[str]:
     """Issue 18's two per-batch goals, where the run measured them."""
     if "coordination_ms" not in overhead:
         return []
-    verdict = _verdict
     return [
         "| issue 18's goal | measured | goal | |",
         "|---|---:|---:|---|",
         f"| twopc's own work over the job it runs (`twopc_null` - `python_job`) "
         f"| {overhead['coordination_ms']:.1f} ms | ≤ {overhead['coordination_goal_ms']:.0f} ms "
-        f"| {verdict(overhead['coordination_met'])} |",
+        f"| {_verdict(overhead['coordination_met'])} |",
         f"| a 1,000-row files batch, Spark write path, over a no-op function "
         f"(`twopc_files` - `empty`) | {overhead['files_overhead_ms']:.1f} ms "
-        f"| ≤ {overhead['files_goal_ms']:.0f} ms | {verdict(overhead['files_met'])} |",
+        f"| ≤ {overhead['files_goal_ms']:.0f} ms | {_verdict(overhead['files_met'])} |",
         "",
         "The files sink over Spark's own `df.write.parquet` of the same 1,000 rows "
         f"(`twopc_files` - `spark_parquet`): {overhead['files_beyond_spark_parquet_ms']:.1f} ms.",
