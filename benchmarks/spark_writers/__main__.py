@@ -161,12 +161,7 @@ def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, An
         if config.master == "standalone":
             shape = (config.workers, config.worker_cores, config.worker_memory)
             running = stack.enter_context(standalone.cluster(*shape))
-            master = running.url
-            conf = {
-                "spark.executor.cores": str(config.worker_cores),
-                "spark.executor.memory": config.worker_memory,
-                "spark.cores.max": str(config.workers * config.worker_cores),
-            }
+            master, conf = running.url, standalone.session_conf(running)
             cluster = {
                 "url": master,
                 "workers": config.workers,

@@ -108,20 +108,23 @@ def run_once(
     return first, seconds
 
 
+def frames(spark: Any, rows: int, partitions: int) -> tuple[Frame, Frame]:
+    """A run's two batches, cached: the warm-up batch 0 (up to 1,000 rows) and the timed
+    batch 1 of ``rows`` rows."""
+    data = Frame(generate(spark, rows, partitions), rows)
+    warm_rows = min(1_000, rows)
+    # ids after the data's: upserts insert, and Spark's appends into a keyed table work
+    warm = Frame(generate(spark, warm_rows, partitions, first_id=rows), warm_rows, first_id=rows)
+    return warm, data
+
+
 def run_workload(
     spark: Any, workload: Workload, targets: dict[str, Target], config: BenchConfig
 ) -> list[dict[str, Any]]:
     """Every target of ``workload``: ``reps`` rounds of one run per writer, each writer
     first in turn (see :func:`rotated`)."""
     spark.conf.set("spark.sql.shuffle.partitions", str(workload.partitions))
-    data = Frame(generate(spark, workload.rows, workload.partitions), workload.rows)
-    warm_rows = min(1_000, workload.rows)
-    # ids after the data's: upserts insert, and Spark's appends into a keyed table work
-    warm = Frame(
-        generate(spark, warm_rows, workload.partitions, first_id=workload.rows),
-        warm_rows,
-        first_id=workload.rows,
-    )
+    warm, data = frames(spark, workload.rows, workload.partitions)
     results = []
     try:
         for name in workload.targets:

@@ -45,6 +45,16 @@ class Cluster:
     log_dir: Path
 
 
+def session_conf(running: Cluster) -> dict[str, str]:
+    """The Spark settings under which an application takes the whole cluster: one
+    executor per worker, with the worker's cores and memory."""
+    return {
+        "spark.executor.cores": str(running.worker_cores),
+        "spark.executor.memory": running.worker_memory,
+        "spark.cores.max": str(running.workers * running.worker_cores),
+    }
+
+
 def spark_home() -> Path:
     import pyspark
 

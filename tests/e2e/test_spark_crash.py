@@ -55,10 +55,12 @@ def _query(tmp_path: Path, *extra: str, write_path: str = "python") -> list[str]
     ]
 
 
-# CI: a commit in progress (the decision recorded but nothing committed, and the other
-# driver and task points run in CI through the kit's crash checks, the Kafka and SQL Spark
-# tests and the entry-point tests); the local engine's matrix (test_local_crash_matrix.py)
-# covers every point, --extended all of them here
+# Outside --extended only a commit in progress (the decision recorded but nothing
+# committed); tests/extended.txt moves both write paths' cases out of CI as well, where the
+# point runs on real Spark for PostgreSQL, Kafka and over Connect, and the other driver and
+# task points through the kit's crash checks, the Kafka and SQL Spark tests and the
+# entry-point tests. The local engine's matrix (test_local_crash_matrix.py) covers every
+# point; --extended runs all of them here.
 CI_POINTS = {CrashPoint.BETWEEN_COMMITS}  # after_decision: test_datasource, test_kafka_progress
 
 

@@ -1,0 +1,295 @@
+"""Where a writer's time per batch goes: the driver before its Spark jobs, the jobs, the
+driver after them; for twopc also its own phases. A profile for a miss whose time is not
+spent in Python (a profiler of the driver only sees it wait).
+
+    python -m benchmarks.spark_writers.breakdown files --master standalone --reps 5
+    python -m benchmarks.spark_writers.breakdown postgres_append --rows 1000000
+
+Runs each writer of the target ``--reps`` times, in turn, the way the benchmark does
+(batch 0 with 1,000 rows, then the timed batch 1), on ``local[*]`` or on a standalone
+cluster it starts. For the timed batch it reads from Spark's status store every job that
+batch ran (tagged for the call): submitted and completed, and per stage the tasks'
+summed run time, CPU time and deserialization time. twopc's own phases come from its
+batch metrics. Prints a table per writer (medians, and every repetition) and writes the
+numbers as JSON next to ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.spark_writers.config import TARGETS, BenchConfig, Endpoints
+from benchmarks.spark_writers.runner import QUERY_ID_PROPERTY, Frame, frames, rotated, sides
+from benchmarks.spark_writers.targets import Target
+
+
+@dataclass
+class Stage:
+    """One stage of a job: wall time and the tasks' summed times (milliseconds)."""
+
+    stage_id: int
+    tasks: int
+    wall_ms: float
+    first_task_after_ms: float
+    task_run_ms: float
+    task_cpu_ms: float
+    task_deserialize_ms: float
+
+
+@dataclass
+class Job:
+    job_id: int
+    submitted_after_ms: float
+    """From the writer's call to the job's submission."""
+    wall_ms: float
+    stages: list[Stage] = field(default_factory=list)
+
+
+@dataclass
+class Call:
+    """One timed batch of one writer."""
+
+    side: str
+    rep: int
+    wall_ms: float
+    jobs: list[Job]
+    phases_ms: dict[str, float]
+
+    @property
+    def before_jobs_ms(self) -> float:
+        return self.jobs[0].submitted_after_ms if self.jobs else self.wall_ms
+
+    @property
+    def in_jobs_ms(self) -> float:
+        return sum(j.wall_ms for j in self.jobs)
+
+    @property
+    def after_jobs_ms(self) -> float:
+        if not self.jobs:
+            return 0.0
+        last = self.jobs[-1]
+        return self.wall_ms - (last.submitted_after_ms + last.wall_ms)
+
+
+class StatusStore:
+    """Spark's status store (what the UI shows; filled with the UI off too), through py4j."""
+
+    def __init__(self, spark: Any) -> None:
+        self.context = spark.sparkContext
+        self._store = self.context._jsc.sc().statusStore()
+        self._tracker = self.context._jsc.sc().statusTracker()
+
+    def jobs(self, tag: str, started_ms: float) -> list[Job]:
+        ids = sorted(int(i) for i in self._tracker.getJobIdsForTag(tag))
+        jobs = []
+        for job_id in ids:
+            data = self._store.job(job_id)
+            submitted = _millis(data.submissionTime())
+            completed = _millis(data.completionTime())
+            stages = [self._stage(int(s)) for s in _seq(data.stageIds())]
+            jobs.append(
+                Job(
+                    job_id,
+                    submitted - started_ms,
+                    completed - submitted,
+                    [s for s in stages if s is not None],
+                )
+            )
+        return jobs
+
+    def _stage(self, stage_id: int) -> Stage | None:
+        try:
+            data = self._store.lastStageAttempt(stage_id)
+        except Exception:  # skipped stages have no attempt
+            return None
+        submitted = _millis(data.submissionTime())
+        return Stage(
+            stage_id,
+            int(data.numTasks()),
+            _millis(data.completionTime()) - submitted,
+            _millis(data.firstTaskLaunchedTime()) - submitted,
+            float(data.executorRunTime()),
+            float(data.executorCpuTime()) / 1e6,
+            float(data.executorDeserializeTime()),
+        )
+
+
+def _millis(option: Any) -> float:
+    """A Scala ``Option[java.util.Date]`` as epoch milliseconds (NaN when empty)."""
+    return float(option.get().getTime()) if option.isDefined() else float("nan")
+
+
+def _seq(seq: Any) -> list[Any]:
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def timed_call(
+    store: StatusStore, writer: Any, frame: Frame, batch_id: int, query: str | None
+) -> tuple[float, list[Job]]:
+    """The writer's call on ``frame`` as the runner makes it, with its Spark jobs."""
+    context = store.context
+    tag = f"bench-breakdown-{uuid.uuid4().hex}"
+    context.setLocalProperty(QUERY_ID_PROPERTY, query)
+    context.addJobTag(tag)
+    try:
+        started_ms = time.time() * 1000
+        started = time.perf_counter()
+        writer(frame.df, batch_id)
+        wall_ms = (time.perf_counter() - started) * 1000
+    finally:
+        context.removeJobTag(tag)
+        context.setLocalProperty(QUERY_ID_PROPERTY, None)
+    return wall_ms, store.jobs(tag, started_ms)
+
+
+def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
+    store = StatusStore(spark)
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
+    warm, data = frames(spark, config.rows, config.partitions)
+    names = tuple(s for s in sides(target) if s != "stream")  # it times itself
+    work = config.work_dir / "log" / f"breakdown-{target.name}"
+    calls = []
+    target.prepare()
+    target.begin_workload(range(warm.first_id + warm.rows))
+    try:
+        for rep in range(config.reps):
+            for side in rotated(names, rep):
+                target.reset()
+                shutil.rmtree(work, ignore_errors=True)
+                work.mkdir(parents=True)
+                query = str(uuid.uuid4()) if side == "twopc" else None
+                writer = target.writer(side, work)
+                timed_call(store, writer, warm, 0, query)
+                wall_ms, jobs = timed_call(store, writer, data, 1, query)
+                phases = {}
+                metrics = getattr(writer, "metrics", None)
+                if metrics:
+                    last = metrics[-1]
+                    phases = {
+                        p: round(getattr(last, f"{p}_seconds") * 1000, 1)
+                        for p in ("recover", "write", "decide", "commit", "total")
+                    }
+                shown = target.read_back(side)
+                if shown.rows != data.rows + warm.rows:
+                    raise RuntimeError(f"{side}: {shown.rows} rows on the target")
+                calls.append(Call(side, rep, wall_ms, jobs, phases))
+                print(_line(calls[-1]), flush=True)
+    finally:
+        target.reset()
+        target.cleanup()
+        data.df.unpersist()
+        warm.df.unpersist()
+    return calls
+
+
+def _line(call: Call) -> str:
+    jobs = "; ".join(
+        f"job {j.job_id}: {j.wall_ms:.0f} ms ("
+        + ", ".join(
+            f"stage {s.stage_id}: {s.tasks} tasks, first task after {s.first_task_after_ms:.0f},"
+            f" run {s.task_run_ms:.0f}, cpu {s.task_cpu_ms:.0f}, deser {s.task_deserialize_ms:.0f}"
+            for s in j.stages
+        )
+        + ")"
+        for j in call.jobs
+    )
+    phases = f" phases {call.phases_ms}" if call.phases_ms else ""
+    return (
+        f"{call.side} rep {call.rep}: {call.wall_ms:.0f} ms = before jobs "
+        f"{call.before_jobs_ms:.0f} + jobs {call.in_jobs_ms:.0f} + after jobs "
+        f"{call.after_jobs_ms:.0f}{phases} | {jobs}"
+    )
+
+
+def summary(calls: list[Call]) -> str:
+    """Medians per writer: wall, before, in and after its jobs, the tasks' run time."""
+    lines = [
+        "| writer | batches | wall ms | before jobs | in jobs | after jobs | jobs | "
+        "tasks' run ms (sum) | tasks' CPU ms (sum) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for side in dict.fromkeys(c.side for c in calls):
+        mine = [c for c in calls if c.side == side]
+
+        def med(values: list[float]) -> str:
+            return f"{statistics.median(values):.0f}"
+
+        lines.append(
+            f"| {side} | {len(mine)} | {med([c.wall_ms for c in mine])} | "
+            f"{med([c.before_jobs_ms for c in mine])} | {med([c.in_jobs_ms for c in mine])} | "
+            f"{med([c.after_jobs_ms for c in mine])} | "
+            f"{med([len(c.jobs) for c in mine])} | "
+            f"{med([sum(s.task_run_ms for j in c.jobs for s in j.stages) for c in mine])} | "
+            f"{med([sum(s.task_cpu_ms for j in c.jobs for s in j.stages) for c in mine])} |"
+        )
+    twopc = [c.phases_ms for c in calls if c.phases_ms]
+    if twopc:
+        lines.append("")
+        lines.append(
+            "twopc's phases, medians (ms): "
+            + ", ".join(
+                f"{p} {statistics.median(ph[p] for ph in twopc):.1f}"
+                for p in ("recover", "write", "decide", "commit", "total")
+            )
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("target", choices=TARGETS)
+    defaults = BenchConfig()
+    parser.add_argument("--master", default=defaults.master)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=defaults.rows)
+    parser.add_argument("--partitions", type=int, default=defaults.partitions)
+    parser.add_argument("--output", type=Path, help="JSON of every call")
+    args = parser.parse_args(argv)
+    from benchmarks.spark_writers import standalone
+    from benchmarks.spark_writers.session import start_session
+    from benchmarks.spark_writers.targets import build_targets
+
+    config = BenchConfig(
+        rows=args.rows, partitions=args.partitions, reps=args.reps, master=args.master
+    )
+    endpoints = Endpoints.from_services(start=False)
+    target = build_targets((args.target,), endpoints, config)[args.target]
+    with contextlib.ExitStack() as stack:
+        master, conf = config.master, {}
+        if config.master == "standalone":
+            running = stack.enter_context(
+                standalone.cluster(config.workers, config.worker_cores, config.worker_memory)
+            )
+            master, conf = running.url, standalone.session_conf(running)
+        spark, _ = start_session(config, master, conf)
+        try:
+            calls = run(spark, target, config)
+        finally:
+            spark.stop()
+    print(summary(calls))
+    if args.output:
+        payload = {
+            "target": args.target,
+            "master": args.master,
+            "rows": config.rows,
+            "partitions": config.partitions,
+            "calls": [asdict(c) for c in calls],
+        }
+        args.output.write_text(json.dumps(payload, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The breakdown of a writer's batch (``benchmarks.spark_writers.breakdown``): the split
+into before, in and after its Spark jobs, and the table, from recorded calls (the
+command itself runs Spark and is run by hand: docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import pytest
+from benchmarks.spark_writers.breakdown import Call, Job, Stage, summary
+
+pytestmark = pytest.mark.unit
+
+
+def _call(side: str, wall: float, jobs: list[tuple[float, float]], **phases: float) -> Call:
+    stage = Stage(0, 2, 10.0, 1.0, task_run_ms=30.0, task_cpu_ms=20.0, task_deserialize_ms=5.0)
+    return Call(side, 0, wall, [Job(i, at, ms, [stage]) for i, (at, ms) in enumerate(jobs)], phases)
+
+
+def test_a_call_is_split_around_its_jobs() -> None:
+    call = _call("twopc", 1000.0, [(100.0, 300.0), (450.0, 400.0)])
+    assert call.before_jobs_ms == 100.0
+    assert call.in_jobs_ms == 700.0
+    assert call.after_jobs_ms == 150.0  # 1000 - (450 + 400)
+
+
+def test_a_call_without_jobs_is_all_before() -> None:
+    call = _call("spark", 12.0, [])
+    assert (call.before_jobs_ms, call.in_jobs_ms, call.after_jobs_ms) == (12.0, 0.0, 0.0)
+
+
+def _phases(write: float, decide: float, commit: float) -> dict[str, float]:
+    return {
+        "recover": 0.0,
+        "write": write,
+        "decide": decide,
+        "commit": commit,
+        "total": write + decide + commit,
+    }
+
+
+def test_the_summary_has_medians_per_writer_and_twopcs_phases() -> None:
+    calls = [
+        _call("twopc", 900.0, [(100.0, 700.0)], **_phases(880.0, 5.0, 10.0)),
+        _call("spark", 600.0, [(50.0, 500.0)]),
+        _call("twopc", 1100.0, [(120.0, 800.0)], **_phases(1080.0, 7.0, 12.0)),
+        _call("spark", 700.0, [(60.0, 600.0)]),
+    ]
+    table = summary(calls).splitlines()
+    assert table[2] == "| twopc | 2 | 1000 | 110 | 750 | 140 | 1 | 30 | 20 |"
+    assert table[3] == "| spark | 2 | 650 | 55 | 550 | 45 | 1 | 30 | 20 |"
+    assert table[-1] == (
+        "twopc's phases, medians (ms): recover 0.0, write 980.0, decide 6.0, commit 11.0, "
+        "total 997.0"
+    )
