@@ -56,6 +56,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=d.partitions)
     parser.add_argument("--reps", type=int, default=d.reps, help="timed runs per writer")
     parser.add_argument(
+        "--warmup-runs",
+        type=int,
+        default=None,
+        help="untimed runs of each writer first (default: 1 below 3 reps, else 0)",
+    )
+    parser.add_argument(
         "--targets",
         type=_names,
         default=d.targets,
@@ -135,6 +141,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         rows=args.rows,
         partitions=args.partitions,
         reps=args.reps,
+        warmup_runs=args.warmup_runs,
         targets=args.targets,
         scaling_partitions=args.scaling_partitions,
         scaling_rows=args.scaling_rows,
@@ -238,7 +245,8 @@ def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
         argv = [
             "--master", "standalone",
             "--rows", str(config.rows), "--partitions", str(config.partitions),
-            "--reps", str(config.reps), "--targets", ",".join(config.standalone_targets),
+            "--reps", str(config.reps), "--warmup-runs", str(config.warmups),
+            "--targets", ",".join(config.standalone_targets),
             "--scaling-partitions", "", "--scaling-rows", "", "--overhead-batches", "0",
             "--long-run-batches", "0",
             "--jdbc-batchsize", str(config.jdbc_batchsize),

@@ -146,6 +146,10 @@ class BenchConfig:
     rows: int = 1_000_000
     partitions: int = 2
     reps: int = 5
+    warmup_runs: int | None = None
+    """Untimed runs of each writer before the timed ones; ``None``: one when ``reps`` is
+    below 3 (a median of one or two runs cannot discount the cold first run on fresh
+    executors, which the files writers share: whichever writes Parquet first pays it)."""
     targets: tuple[str, ...] = TARGETS
     scaling_partitions: tuple[int, ...] = (1, 2, 4, 8)
     scaling_rows: tuple[int, ...] = (5_000_000, 20_000_000)  # and --rows, the main workload
@@ -160,6 +164,13 @@ class BenchConfig:
     worker_memory: str = "1g"
     standalone_targets: tuple[str, ...] = TARGETS
     work_dir: Path = Path("/tmp/twopc-bench")
+
+    @property
+    def warmups(self) -> int:
+        """The untimed runs of each writer before the timed ones."""
+        if self.warmup_runs is not None:
+            return self.warmup_runs
+        return 1 if self.reps < 3 else 0
 
     def workloads(self) -> list[Workload]:
         """The main workload first, then the scaling ones (duplicates folded in)."""

@@ -134,6 +134,10 @@ def run_workload(
             series = {side: Series() for side in names}
             first = {side: Series() for side in names}
             target.begin_workload(range(warm.first_id + warm.rows))
+            for _ in range(config.warmups):
+                for side in names:
+                    _, seconds = run_once(spark, target, side, warm=warm, data=data, work=work)
+                    _log.info("%s %s warm-up: %.2f s (untimed)", name, side, seconds)
             for rep in range(config.reps):
                 for side in rotated(names, rep):
                     start, seconds = run_once(spark, target, side, warm=warm, data=data, work=work)
@@ -150,7 +154,9 @@ def run_workload(
                         start,
                     )
             target.reset()
-            results.append(_result(target, workload, series, first))
+            results.append(
+                {**_result(target, workload, series, first), "warmup_runs": config.warmups}
+            )
     finally:
         data.df.unpersist()
         warm.df.unpersist()

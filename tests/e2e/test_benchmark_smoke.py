@@ -61,7 +61,7 @@ def test_issue_18s_new_paths_at_tiny_sizes(
     targets = ("files", "postgres_upsert_existing", "mysql_upsert_empty")
     command = [
         sys.executable, "-m", "benchmarks.spark_writers",
-        "--rows", "2000", "--reps", "1", "--targets", ",".join(targets),
+        "--rows", "2000", "--reps", "1", "--warmup-runs", "0", "--targets", ",".join(targets),
         "--scaling-targets", "", "--scaling-rows", "", "--scaling-partitions", "",
         "--overhead-batches", "2", "--long-run-batches", "0",
         "--master", "local[2]", "--driver-memory", "1g", "--standalone-targets", "files",
@@ -91,6 +91,7 @@ def test_issue_18s_new_paths_at_tiny_sizes(
             _sane(side)
         assert math.isfinite(result["ratio"]) and result["ratio"] > 0
     assert [s["target"] for s in payload["summary"]] == list(targets)
+    assert {r["warmup_runs"] for r in payload["results"]} == {0}
     assert list(payload["overhead"]["median_ms"]) == list(VARIANTS)
     standalone = payload["standalone"]
     assert standalone["cluster"]["workers"] == 2
@@ -132,6 +133,7 @@ def test_benchmark_command_at_tiny_sizes(
         for side in result["alternatives"].values():
             _sane(side)
         assert result["spark"] == result["alternatives"][result["compared_with"]]
+        assert result["warmup_runs"] == 1  # the default below 3 repetitions
         assert math.isfinite(result["ratio"]) and result["ratio"] > 0
     assert set(main["files"]["alternatives"]) == {"spark", "stream"}
     for target in UPSERT_ALTERNATIVES:

@@ -1,11 +1,13 @@
-"""The breakdown of a writer's batch (``benchmarks.spark_writers.breakdown``): the split
-into before, in and after its Spark jobs, and the table, from recorded calls (the
-command itself runs Spark and is run by hand: docs/benchmarks.md)."""
+"""What reads a benchmark's misses: the breakdown of a writer's batch
+(``benchmarks.spark_writers.breakdown``) into before, in and after its Spark jobs, from
+recorded calls (the command itself runs Spark and is run by hand: docs/benchmarks.md), and
+the warm-up runs that keep a short run's first, cold repetition out of its medians."""
 
 from __future__ import annotations
 
 import pytest
 from benchmarks.spark_writers.breakdown import Call, Job, Stage, summary
+from benchmarks.spark_writers.config import BenchConfig
 
 pytestmark = pytest.mark.unit
 
@@ -51,3 +53,10 @@ def test_the_summary_has_medians_per_writer_and_twopcs_phases() -> None:
         "twopc's phases, medians (ms): recover 0.0, write 980.0, decide 6.0, commit 11.0, "
         "total 997.0"
     )
+
+
+@pytest.mark.parametrize(
+    ("reps", "asked", "warmups"), [(1, None, 1), (2, None, 1), (3, None, 0), (5, 2, 2), (1, 0, 0)]
+)
+def test_short_runs_warm_every_writer_up_first(reps: int, asked: int | None, warmups: int) -> None:
+    assert BenchConfig(reps=reps, warmup_runs=asked).warmups == warmups
