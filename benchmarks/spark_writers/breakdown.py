@@ -171,14 +171,7 @@ def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
                 writer = target.writer(side, work)
                 timed_call(store, writer, warm, 0, query)
                 wall_ms, jobs = timed_call(store, writer, data, 1, query)
-                phases = {}
-                metrics = getattr(writer, "metrics", None)
-                if metrics:
-                    last = metrics[-1]
-                    phases = {
-                        p: round(getattr(last, f"{p}_seconds") * 1000, 1)
-                        for p in ("recover", "write", "decide", "commit", "total")
-                    }
+                phases = _phases_of(writer)
                 shown = target.read_back(side)
                 if shown.rows != data.rows + warm.rows:
                     raise RuntimeError(f"{side}: {shown.rows} rows on the target")
@@ -190,6 +183,45 @@ def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
         data.df.unpersist()
         warm.df.unpersist()
     return calls
+
+
+def run_overhead(spark: Any, config: BenchConfig) -> list[Call]:
+    """The overhead variants (``overhead.VARIANTS``: 1,000-row batches of one query, in
+    rotating order, after two untimed batches), ``config.reps`` batches each."""
+    from benchmarks.spark_writers.data import generate
+    from benchmarks.spark_writers.overhead import VARIANTS, writers_of
+
+    store = StatusStore(spark)
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
+    frame = Frame(generate(spark, config.overhead_rows, config.partitions), config.overhead_rows)
+    writers = writers_of(config)
+    query = str(uuid.uuid4())
+    warmup = 2
+    calls = []
+    try:
+        for batch_id in range(warmup + config.reps):
+            shift = batch_id % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                writer = writers[variant]
+                wall_ms, jobs = timed_call(store, writer, frame, batch_id, query)
+                if batch_id >= warmup:
+                    calls.append(Call(variant, batch_id, wall_ms, jobs, _phases_of(writer)))
+                    print(_line(calls[-1]), flush=True)
+    finally:
+        frame.df.unpersist()
+    return calls
+
+
+def _phases_of(writer: Any) -> dict[str, float]:
+    """twopc's phases of the writer's last batch (milliseconds); none for other writers."""
+    metrics = getattr(writer, "metrics", None)
+    if not metrics:
+        return {}
+    last = metrics[-1]
+    return {
+        phase: round(getattr(last, f"{phase}_seconds") * 1000, 1)
+        for phase in ("recover", "write", "decide", "commit", "total")
+    }
 
 
 def _line(call: Call) -> str:
@@ -232,13 +264,12 @@ def summary(calls: list[Call]) -> str:
             f"{med([sum(s.task_run_ms for j in c.jobs for s in j.stages) for c in mine])} | "
             f"{med([sum(s.task_cpu_ms for j in c.jobs for s in j.stages) for c in mine])} |"
         )
-    twopc = [c.phases_ms for c in calls if c.phases_ms]
-    if twopc:
-        lines.append("")
+    for side in dict.fromkeys(c.side for c in calls if c.phases_ms):
+        phases = [c.phases_ms for c in calls if c.side == side]
         lines.append(
-            "twopc's phases, medians (ms): "
+            f"{side}'s phases, medians (ms): "
             + ", ".join(
-                f"{p} {statistics.median(ph[p] for ph in twopc):.1f}"
+                f"{p} {statistics.median(ph[p] for ph in phases):.1f}"
                 for p in ("recover", "write", "decide", "commit", "total")
             )
         )
@@ -249,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("target", choices=TARGETS)
+    parser.add_argument(
+        "target",
+        choices=(*TARGETS, "overhead"),
+        help="a target, or 'overhead': the overhead variants, --reps batches each",
+    )
     defaults = BenchConfig()
     parser.add_argument("--master", default=defaults.master)
     parser.add_argument("--reps", type=int, default=5)
@@ -264,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     config = BenchConfig(
         rows=args.rows, partitions=args.partitions, reps=args.reps, master=args.master
     )
-    endpoints = Endpoints.from_services(start=False)
-    target = build_targets((args.target,), endpoints, config)[args.target]
+    target = None
+    if args.target != "overhead":
+        endpoints = Endpoints.from_services(start=False)
+        target = build_targets((args.target,), endpoints, config)[args.target]
     with contextlib.ExitStack() as stack:
         master, conf = config.master, {}
         if config.master == "standalone":
@@ -275,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             master, conf = running.url, standalone.session_conf(running)
         spark, _ = start_session(config, master, conf)
         try:
-            calls = run(spark, target, config)
+            calls = run(spark, target, config) if target else run_overhead(spark, config)
         finally:
             spark.stop()
     print(summary(calls))

@@ -88,7 +88,8 @@ def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
 
 
-def _writers(config: BenchConfig) -> dict[str, Any]:
+def writers_of(config: BenchConfig) -> dict[str, Any]:
+    """Every variant's ``foreachBatch`` function, writing under ``config.work_dir``."""
     root = config.work_dir / "overhead"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -127,7 +128,7 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
     """Median milliseconds per micro-batch of each variant, and twopc's overhead."""
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
     df = generate(spark, config.overhead_rows, config.partitions)
-    writers = _writers(config)
+    writers = writers_of(config)
     query_id = str(uuid.uuid4())
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     warmup = 2
@@ -192,7 +193,7 @@ def measure_floor(spark: Any, config: BenchConfig) -> dict[str, Any]:
     and Spark's JVM writers do not."""
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
     df = generate(spark, config.rows, config.partitions)
-    writers = {v: w for v, w in _writers(config).items() if v in FLOOR_VARIANTS}
+    writers = {v: w for v, w in writers_of(config).items() if v in FLOOR_VARIANTS}
     query_id = str(uuid.uuid4())
     times: dict[str, list[float]] = {v: [] for v in FLOOR_VARIANTS}
     try:

@@ -65,7 +65,7 @@ def _write_profile(profiler: cProfile.Profile, path: Path, batches: int) -> None
 
 def measure(batches: int, work_dir: Path, profile: Path | None = None) -> dict[str, Any]:
     from benchmarks.spark_writers.data import generate
-    from benchmarks.spark_writers.overhead import _writers
+    from benchmarks.spark_writers.overhead import writers_of
     from benchmarks.spark_writers.runner import call
     from pyspark.sql import SparkSession
 
@@ -82,7 +82,7 @@ def measure(batches: int, work_dir: Path, profile: Path | None = None) -> dict[s
     spark.sparkContext.setLogLevel("ERROR")
     try:
         df = generate(spark, 1_000, 2)
-        writers = _writers(BenchConfig(work_dir=work_dir))
+        writers = writers_of(BenchConfig(work_dir=work_dir))
         query_id = str(uuid.uuid4())
         calls: list[int] = []
         milliseconds: list[float] = []

@@ -55,6 +55,17 @@ def test_the_summary_has_medians_per_writer_and_twopcs_phases() -> None:
     )
 
 
+def test_phases_are_summarized_per_twopc_writer() -> None:
+    calls = [
+        _call("twopc_null", 100.0, [(10.0, 80.0)], **_phases(95.0, 1.0, 1.0)),
+        _call("twopc_files", 200.0, [(10.0, 150.0)], **_phases(190.0, 3.0, 5.0)),
+        _call("python_job", 90.0, [(10.0, 75.0)]),
+    ]
+    lines = summary(calls).splitlines()
+    assert lines[-2].startswith("twopc_null's phases, medians (ms): recover 0.0, write 95.0")
+    assert lines[-1].startswith("twopc_files's phases, medians (ms): recover 0.0, write 190.0")
+
+
 @pytest.mark.parametrize(
     ("reps", "asked", "warmups"), [(1, None, 1), (2, None, 1), (3, None, 0), (5, 2, 2), (1, 0, 0)]
 )
