@@ -683,6 +683,7 @@ class KafkaTarget(Target):
         def write(df: Any, batch_id: int) -> None:
             inner(kafka_shape(df), batch_id)
 
+        write.metrics = inner.metrics  # type: ignore[attr-defined]  # the same deque, for breakdowns
         return write
 
     def spark_writer(self) -> Writer:
