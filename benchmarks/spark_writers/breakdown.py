@@ -4,14 +4,16 @@ spent in Python (a profiler of the driver only sees it wait).
 
     python -m benchmarks.spark_writers.breakdown files --master standalone --reps 5
     python -m benchmarks.spark_writers.breakdown postgres_append --rows 1000000
+    python -m benchmarks.spark_writers.breakdown overhead --reps 20   # 1,000-row batches
 
 Runs each writer of the target ``--reps`` times, in turn, the way the benchmark does
 (batch 0 with 1,000 rows, then the timed batch 1), on ``local[*]`` or on a standalone
 cluster it starts. For the timed batch it reads from Spark's status store every job that
 batch ran (tagged for the call): submitted and completed, and per stage the tasks'
 summed run time, CPU time and deserialization time. twopc's own phases come from its
-batch metrics. Prints a table per writer (medians, and every repetition) and writes the
-numbers as JSON next to ``--output``.
+batch metrics. Prints a line per timed batch and a table of medians per writer; with
+``--output``, writes every batch as JSON there. ``overhead`` runs the overhead variants
+(``overhead.VARIANTS``) instead of a target.
 """
 
 from __future__ import annotations
@@ -153,6 +155,8 @@ def timed_call(
 
 
 def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
+    """``config.reps`` runs of each writer of ``target`` (its streaming file sink aside,
+    which times itself), each checked on the target; the timed batch of each."""
     store = StatusStore(spark)
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
     warm, data = frames(spark, config.rows, config.partitions)
