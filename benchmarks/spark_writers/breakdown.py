@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import statistics
 import sys
 import time
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.spark_writers.config import TARGETS, BenchConfig, Endpoints
-from benchmarks.spark_writers.runner import QUERY_ID_PROPERTY, Frame, frames, rotated, sides
+from benchmarks.spark_writers.overhead import PHASES
+from benchmarks.spark_writers.runner import call, frames, rotated, run_once, sides
 from benchmarks.spark_writers.targets import Target
 
 
@@ -135,29 +135,40 @@ def _seq(seq: Any) -> list[Any]:
     return [seq.apply(i) for i in range(seq.size())]
 
 
-def timed_call(
-    store: StatusStore, writer: Any, frame: Frame, batch_id: int, query: str | None
-) -> tuple[float, list[Job]]:
-    """The writer's call on ``frame`` as the runner makes it, with its Spark jobs."""
-    context = store.context
-    tag = f"bench-breakdown-{uuid.uuid4().hex}"
-    context.setLocalProperty(QUERY_ID_PROPERTY, query)
-    context.addJobTag(tag)
-    try:
-        started_ms = time.time() * 1000
-        started = time.perf_counter()
-        writer(frame.df, batch_id)
-        wall_ms = (time.perf_counter() - started) * 1000
-    finally:
-        context.removeJobTag(tag)
-        context.setLocalProperty(QUERY_ID_PROPERTY, None)
-    return wall_ms, store.jobs(tag, started_ms)
+class Recorder:
+    """A caller for the runner (``runner.Caller``): :func:`runner.call` with the call's
+    Spark jobs tagged, so that the last call's jobs and writer can be read afterwards."""
+
+    def __init__(self, store: StatusStore) -> None:
+        self.store = store
+        self.wall_ms = 0.0
+        self.jobs: list[Job] = []
+        self.writer: Any = None
+
+    def __call__(
+        self, spark: Any, writer: Any, df: Any, batch_id: int, query_id: str | None
+    ) -> float:
+        context = self.store.context
+        tag = f"bench-breakdown-{uuid.uuid4().hex}"
+        context.addJobTag(tag)
+        try:
+            started_ms = time.time() * 1000
+            seconds = call(spark, writer, df, batch_id, query_id)
+        finally:
+            context.removeJobTag(tag)
+        self.wall_ms, self.writer = seconds * 1000, writer
+        self.jobs = self.store.jobs(tag, started_ms)
+        return seconds
+
+    def last(self, side: str, rep: int) -> Call:
+        return Call(side, rep, self.wall_ms, self.jobs, _phases_of(self.writer))
 
 
 def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
-    """``config.reps`` runs of each writer of ``target`` (its streaming file sink aside,
-    which times itself), each checked on the target; the timed batch of each."""
-    store = StatusStore(spark)
+    """``config.reps`` runs of each writer of ``target`` as the benchmark makes them (its
+    streaming file sink aside, which times itself), each checked on the target; the timed
+    batch of each."""
+    recorder = Recorder(StatusStore(spark))
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
     warm, data = frames(spark, config.rows, config.partitions)
     names = tuple(s for s in sides(target) if s != "stream")  # it times itself
@@ -168,18 +179,8 @@ def run(spark: Any, target: Target, config: BenchConfig) -> list[Call]:
     try:
         for rep in range(config.reps):
             for side in rotated(names, rep):
-                target.reset()
-                shutil.rmtree(work, ignore_errors=True)
-                work.mkdir(parents=True)
-                query = str(uuid.uuid4()) if side == "twopc" else None
-                writer = target.writer(side, work)
-                timed_call(store, writer, warm, 0, query)
-                wall_ms, jobs = timed_call(store, writer, data, 1, query)
-                phases = _phases_of(writer)
-                shown = target.read_back(side)
-                if shown.rows != data.rows + warm.rows:
-                    raise RuntimeError(f"{side}: {shown.rows} rows on the target")
-                calls.append(Call(side, rep, wall_ms, jobs, phases))
+                run_once(spark, target, side, warm=warm, data=data, work=work, caller=recorder)
+                calls.append(recorder.last(side, rep))  # batch 1, the timed one
                 print(_line(calls[-1]), flush=True)
     finally:
         target.reset()
@@ -193,26 +194,23 @@ def run_overhead(spark: Any, config: BenchConfig) -> list[Call]:
     """The overhead variants (``overhead.VARIANTS``: 1,000-row batches of one query, in
     rotating order, after two untimed batches), ``config.reps`` batches each."""
     from benchmarks.spark_writers.data import generate
-    from benchmarks.spark_writers.overhead import VARIANTS, writers_of
+    from benchmarks.spark_writers.overhead import VARIANTS, WARMUP_BATCHES, writers_of
 
-    store = StatusStore(spark)
+    recorder = Recorder(StatusStore(spark))
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
-    frame = Frame(generate(spark, config.overhead_rows, config.partitions), config.overhead_rows)
+    df = generate(spark, config.overhead_rows, config.partitions)
     writers = writers_of(config)
     query = str(uuid.uuid4())
-    warmup = 2
     calls = []
     try:
-        for batch_id in range(warmup + config.reps):
-            shift = batch_id % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-                writer = writers[variant]
-                wall_ms, jobs = timed_call(store, writer, frame, batch_id, query)
-                if batch_id >= warmup:
-                    calls.append(Call(variant, batch_id, wall_ms, jobs, _phases_of(writer)))
+        for batch_id in range(WARMUP_BATCHES + config.reps):
+            for variant in rotated(VARIANTS, batch_id):
+                recorder(spark, writers[variant], df, batch_id, query)
+                if batch_id >= WARMUP_BATCHES:
+                    calls.append(recorder.last(variant, batch_id))
                     print(_line(calls[-1]), flush=True)
     finally:
-        frame.df.unpersist()
+        df.unpersist()
     return calls
 
 
@@ -222,10 +220,7 @@ def _phases_of(writer: Any) -> dict[str, float]:
     if not metrics:
         return {}
     last = metrics[-1]
-    return {
-        phase: round(getattr(last, f"{phase}_seconds") * 1000, 1)
-        for phase in ("recover", "write", "decide", "commit", "total")
-    }
+    return {phase: round(getattr(last, f"{phase}_seconds") * 1000, 1) for phase in PHASES}
 
 
 def _line(call: Call) -> str:
@@ -272,10 +267,7 @@ def summary(calls: list[Call]) -> str:
         phases = [c.phases_ms for c in calls if c.side == side]
         lines.append(
             f"{side}'s phases, medians (ms): "
-            + ", ".join(
-                f"{p} {statistics.median(ph[p] for ph in phases):.1f}"
-                for p in ("recover", "write", "decide", "commit", "total")
-            )
+            + ", ".join(f"{p} {statistics.median(ph[p] for ph in phases):.1f}" for p in PHASES)
         )
     return "\n".join(lines)
 

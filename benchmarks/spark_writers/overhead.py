@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 from benchmarks.spark_writers.config import COORDINATION_GOAL_MS, OVERHEAD_GOAL_MS, BenchConfig
 from benchmarks.spark_writers.data import generate
-from benchmarks.spark_writers.runner import call
+from benchmarks.spark_writers.runner import call, rotated
 
 import twopc
 
@@ -83,6 +83,13 @@ VARIANTS = (
 )
 
 
+WARMUP_BATCHES = 2
+"""Untimed batches of every variant before the measured ones."""
+
+PHASES = ("recover", "write", "decide", "commit", "total")
+"""twopc's phases in its batch metrics (``<phase>_seconds``)."""
+
+
 def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     rows = sum(batch.num_rows for batch in batches)
     yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
@@ -131,17 +138,15 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
     writers = writers_of(config)
     query_id = str(uuid.uuid4())
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    warmup = 2
     try:
-        for batch_id in range(warmup + config.overhead_batches):
-            shift = batch_id % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+        for batch_id in range(WARMUP_BATCHES + config.overhead_batches):
+            for variant in rotated(VARIANTS, batch_id):
                 seconds = call(spark, writers[variant], df, batch_id, query_id)
-                if batch_id >= warmup:
+                if batch_id >= WARMUP_BATCHES:
                     times[variant].append(seconds * 1000)
     finally:
         df.unpersist()
-    null_metrics = [m for m in writers["twopc_null"].metrics if m.batch_id >= warmup]
+    null_metrics = [m for m in writers["twopc_null"].metrics if m.batch_id >= WARMUP_BATCHES]
     medians = {v: round(statistics.median(ms), 1) for v, ms in times.items()}
     overhead = medians["twopc_null"] - medians["empty"]
     return {
@@ -218,5 +223,5 @@ def _phases(metrics: list[Any]) -> dict[str, float]:
         return {}
     return {
         phase: round(statistics.median(getattr(m, f"{phase}_seconds") for m in metrics) * 1000, 1)
-        for phase in ("recover", "write", "decide", "commit", "total")
+        for phase in PHASES
     }

@@ -8,6 +8,7 @@ import shutil
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,19 +86,31 @@ class Frame:
         return self.rows * (2 * self.first_id + self.rows - 1) // 2
 
 
+Caller = Callable[[Any, Writer, Any, int, str | None], float]
+"""How a writer is called: :func:`call`, or a wrapper that also records the call."""
+
+
 def run_once(
-    spark: Any, target: Target, side: str, *, warm: Frame, data: Frame, work: Path
+    spark: Any,
+    target: Target,
+    side: str,
+    *,
+    warm: Frame,
+    data: Frame,
+    work: Path,
+    caller: Caller = call,
 ) -> tuple[float, float]:
     """Reset the target, then as one query: batch 0 with ``warm`` (the query's start:
     connections, recovery, class loading), batch 1 with ``data`` (a running query's
-    batch). Returns both durations; checks the target shows every row of both."""
+    batch), each through ``caller``. Returns both durations; checks the target shows
+    every row of both."""
     target.reset()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     query_id = str(uuid.uuid4()) if side == "twopc" else None
     writer = target.writer(side, work)
-    first = call(spark, writer, warm.df, 0, query_id)
-    seconds = call(spark, writer, data.df, 1, query_id)
+    first = caller(spark, writer, warm.df, 0, query_id)
+    seconds = caller(spark, writer, data.df, 1, query_id)
     shown = target.read_back(side)
     rows, id_sum = warm.rows + data.rows, warm.id_sum + data.id_sum
     if shown.rows != rows or (shown.id_sum is not None and shown.id_sum != id_sum):
