@@ -22,7 +22,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -285,15 +285,17 @@ class CommitLog:
     def runs(self, query_id: str, batch_id: int) -> list[BatchRun]:
         """Every recorded run of the batch, oldest first; empty when none was recorded
         (a batch written by an earlier version, or pruned)."""
+        path = self._path(query_id, batch_id, _RUNS_SUFFIX)
         try:
-            raw = self._fs.cat_file(self._path(query_id, batch_id, _RUNS_SUFFIX))
+            raw = self._fs.cat_file(path)
         except FileNotFoundError:
             return []
-        body = _checked(raw, "runs record")
-        try:
-            return [BatchRun.from_json(r) for r in body.get("runs", [])]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UnsupportedFormatError(f"a runs record is incomplete ({exc!r})") from exc
+        with _naming(path, query_id, batch_id):
+            body = _checked(raw, "runs record")
+            try:
+                return [BatchRun.from_json(r) for r in body.get("runs", [])]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UnsupportedFormatError(f"a runs record is incomplete ({exc!r})") from exc
 
     def listing(self) -> LogListing:
         """One pass over the log: its root, then each query's directory, once. Give it to
@@ -354,13 +356,29 @@ class CommitLog:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
         fsync_directory(directory)
 
+    def exists(self) -> bool:
+        """Whether any query has written here: ``twopc recover`` refuses to act on prepared
+        work from a log that does not exist (a mistyped ``--checkpoint``)."""
+        return bool(self.query_ids())
+
+    def knows_batch(self, query_id: str, batch_id: int) -> bool:
+        """Whether the log recorded a run or a decision of the batch. Every run is recorded
+        before its phase 1, so prepared work of a batch the log does not know was written
+        by a query that keeps its decisions elsewhere: only such a log can prove the batch
+        undecided."""
+        return any(
+            self._fs.exists(self._path(query_id, batch_id, suffix))
+            for suffix in (_RUNS_SUFFIX, _DECISION_SUFFIX)
+        )
+
     def decision(self, query_id: str, batch_id: int) -> Decision | None:
         path = self._path(query_id, batch_id, _DECISION_SUFFIX)
         try:
             raw = self._fs.cat_file(path)
         except FileNotFoundError:
             return None
-        return Decision.from_bytes(raw)
+        with _naming(path, query_id, batch_id):
+            return Decision.from_bytes(raw)
 
     def decisions_for(
         self,
@@ -495,6 +513,22 @@ class CommitLog:
             for suffix in (_DECISION_SUFFIX, _DONE_SUFFIX, _RUNS_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     self._fs.rm_file(self._path(query_id, batch_id, suffix))
+
+
+@contextlib.contextmanager
+def _naming(path: str, query_id: str, batch_id: int) -> Iterator[None]:
+    """Say which file of which batch could not be read: an operator must find it to
+    repair or remove it (a torn write on a filesystem without atomic renames, a disk
+    error, an edit by hand)."""
+    try:
+        yield
+    except UnsupportedFormatError as exc:
+        raise UnsupportedFormatError(
+            f"{exc.cause_message} (file {path}: batch {batch_id} of query {query_id}). "
+            "Restore the file from a backup, or run the twopc version that wrote it; see "
+            "'A damaged commit log' in docs/operations.md",
+            batch_id=batch_id,
+        ) from exc
 
 
 def _list_names(fs: Any, directory: str, *, exists: bool = False) -> list[str]:

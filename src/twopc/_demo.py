@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from typing import Any, TextIO
 
 from twopc._commit_log import CommitLog
 from twopc._metrics import BatchStatus
-from twopc.errors import ConfigurationError
+from twopc.errors import ConfigurationError, ExtraNotInstalledError
 from twopc.faults import ENV_VAR
 
 __all__ = ["DemoResult", "run_demo"]
@@ -225,6 +226,11 @@ def run_demo(
     """Run the demo; returns the verdict (also printed as the last line)."""
     if not 0 <= crash_batch < batches:
         raise ConfigurationError("crash_batch must be one of the batches")
+    if importlib.util.find_spec("pyspark") is None:
+        raise ExtraNotInstalledError(
+            "the demo runs a Spark streaming query, and PySpark is not installed: "
+            'pip install "twopc[files,spark]" (or run ./scripts/demo, which sets it all up)'
+        )
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("Spark needs Java 17 or newer: install a JDK and put java on PATH")
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twopc-demo-"))

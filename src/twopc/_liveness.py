@@ -23,6 +23,7 @@ __all__ = [
     "Heartbeat",
     "HeartbeatState",
     "Liveness",
+    "process_start",
     "this_host",
 ]
 
@@ -80,6 +81,10 @@ class Heartbeat:
     updated_at: float
     batch_id: int
     state: HeartbeatState
+    process_start: str | None = None
+    """When the writer's process started, as the host's kernel counts it
+    (:func:`process_start`): a later process that got the same pid is not the writer.
+    ``None`` where it cannot be read (not Linux, or a record of an older version)."""
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": _FORMAT, **asdict(self)}, sort_keys=True).encode()
@@ -98,6 +103,7 @@ class Heartbeat:
             updated_at=float(body["updated_at"]),
             batch_id=int(body["batch_id"]),
             state=HeartbeatState.read(str(body["state"])),
+            process_start=str(body["process_start"]) if body.get("process_start") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,9 +126,16 @@ class Heartbeat:
         now = time.time() if now is None else now
         age = max(0.0, now - self.updated_at)
         if self.host == (host or this_host()):
-            if _pid_alive(self.pid):
-                return Liveness(True, f"process {self.pid} on this host is alive")
-            return Liveness(False, f"process {self.pid} on this host has exited")
+            if not _pid_alive(self.pid):
+                return Liveness(False, f"process {self.pid} on this host has exited")
+            now_started = process_start(self.pid)
+            if self.process_start and now_started and now_started != self.process_start:
+                return Liveness(
+                    False,
+                    f"process {self.pid} on this host has exited; that pid now belongs to "
+                    "a process started later",
+                )
+            return Liveness(True, f"process {self.pid} on this host is alive")
         if age < stale_after:
             return Liveness(
                 True,
@@ -134,6 +147,20 @@ class Heartbeat:
             f"last updated {age:.0f}s ago by {self.host} (pid {self.pid}), older than "
             f"{stale_after:.0f}s: presumed stopped",
         )
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, in the kernel's clock ticks since boot (Linux's
+    ``/proc/<pid>/stat``, field 22), as text; ``None`` where that cannot be read. Together
+    with the pid it names one process: pids are reused, start times of one pid are not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = raw[raw.rfind(")") + 1 :].split()
+    return f"linux:{fields[19]}" if len(fields) > 19 else None
 
 
 def _pid_alive(pid: int) -> bool:

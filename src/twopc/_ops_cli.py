@@ -19,6 +19,7 @@ from typing import Any
 
 from twopc._commit_log import CommitLog
 from twopc._liveness import DEFAULT_STALE_AFTER
+from twopc._sink_options import typed_options
 from twopc._status import (
     ProgressResolver,
     QueryStatus,
@@ -81,7 +82,11 @@ def add_ops_commands(commands: Any) -> None:
         "--dry-run", action="store_true", help="print the plan (what status shows); change nothing"
     )
     recover.add_argument(
-        "--force", action="store_true", help="act even though a liveness record says a writer runs"
+        "--force",
+        action="store_true",
+        help="act even though a liveness record says a writer runs, or the commit log cannot "
+        "prove the prepared work undecided (it does not exist, or has no record of the "
+        "batch): such work is aborted, and lost if it was decided",
     )
     recover.set_defaults(func=_recover)
 
@@ -131,13 +136,24 @@ def _sink_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stale-after",
-        type=float,
+        type=_positive_seconds,
         default=DEFAULT_STALE_AFTER,
         metavar="SECONDS",
         help="a liveness record from another host older than this counts as stopped "
         f"(default {DEFAULT_STALE_AFTER:.0f})",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _positive_seconds(text: str) -> float:
+    """A number of seconds above zero (argparse reports the error as a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
@@ -190,7 +206,9 @@ def _open(args: argparse.Namespace) -> tuple[Sink[Any], str, CommitLog]:
         raise UsageError(str(exc)) from None
     options = sink_options(args)
     try:
-        sink = create_sink(args.backend, **options)
+        # --option and --option-env give strings: typed as format("twopc") types them
+        factory = registry().spec(args.backend).load()
+        sink = create_sink(args.backend, **typed_options(args.backend, factory, options))
     except TypeError as exc:
         raise UsageError(
             f"the {args.backend} backend does not accept these options: {exc}"
@@ -349,9 +367,11 @@ def render_status(status: SinkStatus) -> str:
         lines.append(text)
         lines.extend(_source_lines(query))
     items = status.items
-    lines.append(f"in doubt: {len(items)}" + ("" if items else " - nothing for recovery to do"))
+    settled = not items and not status.warnings
+    lines.append(f"in doubt: {len(items)}" + (" - nothing for recovery to do" if settled else ""))
     if items:
         lines.extend("  " + row for row in _table(items))
+    lines.extend(f"WARNING: {warning}" for warning in status.warnings)
     if status.notes:
         lines.append("notes:")
         lines.extend(f"  - {note}" for note in status.notes)
@@ -402,17 +422,39 @@ def _table(items: tuple[StatusItem, ...]) -> list[str]:
     ]
 
 
+def _refusal_hint(report: RecoveryReport) -> str:
+    """What to do about a refusal: stop the writer, or point at the right commit log."""
+    if report.plan.running:
+        return "stop the query first, or use --force"
+    unproven = report.plan.unproven
+    cost = (
+        f"; --force would abort {len(unproven)} prepared item(s) the log cannot vouch for "
+        "(their batch's output is lost if it was decided)"
+        if unproven
+        else ""
+    )
+    return (
+        "point recover at the commit log the query writes to: --checkpoint CHECKPOINT "
+        "(its checkpointLocation, when it passed no commit_log=) or --commit-log URL (what "
+        f"it passed as commit_log=); use --force only if that log is gone for good{cost}"
+    )
+
+
 def render_recovery(report: RecoveryReport, dry_run: bool) -> str:
     lines = [render_status(report.plan), ""]
     if report.refused:
-        lines.append(f"refused: {report.refused}; stop the query first, or use --force")
+        lines.append(f"refused: {report.refused}")
+        lines.append(_refusal_hint(report))
         return "\n".join(lines)
     if dry_run:
         running = report.plan.running
         if running:
             lines.append("note: a writer is running; recover would refuse without --force")
+        if report.plan.warnings:
+            lines.append("note: recover would refuse without --force (see the warnings)")
         lines.append(f"dry run: {len(report.plan.items)} item(s) would be handled; nothing changed")
         return "\n".join(lines)
+    lines.extend(f"forced: {line}" for line in report.forced)
     lines.append(
         f"recovered: {report.committed} committed, {report.aborted} aborted, {report.swept} swept"
     )

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import inspect
 import json
-import types
-import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from twopc._signature import annotation_kind, is_option, parameters_of, unknown_option
 from twopc.errors import ConfigurationError
 from twopc.plugins import registry
 from twopc.protocol import Sink
@@ -54,7 +53,7 @@ def typed_options(
 ) -> dict[str, Any]:
     """``options`` as keyword arguments for ``factory``: names matched case-insensitively
     against its parameters, values converted to their annotated types."""
-    parameters = _parameters(factory)
+    parameters = parameters_of(factory)
     by_lower = {name.lower(): name for name in parameters}
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     typed: dict[str, Any] = {}
@@ -64,15 +63,13 @@ def typed_options(
             if accepts_any:
                 typed[key] = value
                 continue
-            known = ", ".join(sorted(n for n, p in parameters.items() if _is_option(p)))
-            raise ConfigurationError(
-                f"the {backend} backend has no option {key!r}; its options are: {known}"
-            )
+            known = sorted(n for n, p in parameters.items() if is_option(p))
+            raise ConfigurationError(unknown_option(backend, key, known))
         typed[name] = _convert(backend, name, value, parameters[name].annotation)
     missing = [
         name
         for name, parameter in parameters.items()
-        if _is_option(parameter)
+        if is_option(parameter)
         and parameter.default is inspect.Parameter.empty
         and name not in typed
     ]
@@ -105,53 +102,10 @@ def sink_from_options(backend: str, options: Mapping[str, str]) -> Sink[Any]:
     return registry().create_sink(backend, **typed)
 
 
-def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
-    """The factory's parameters; for a class, its ``__init__``'s (a ``__new__`` that takes
-    ``*args, **kwargs`` would hide them)."""
-    target: Callable[..., Any] = factory
-    if inspect.isclass(factory):
-        target = factory.__init__
-    signature = inspect.signature(target)
-    return {
-        name: parameter
-        for name, parameter in signature.parameters.items()
-        if name != "self" and parameter.kind is not inspect.Parameter.VAR_POSITIONAL
-    }
-
-
-def _is_option(parameter: inspect.Parameter) -> bool:
-    return parameter.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
-
-
-def _kind(annotation: Any) -> tuple[str, bool]:
-    """The annotation's base type name (``int``, ``dict``, ``Sequence``...) and whether it
-    admits ``None``; from a type or from its text (``from __future__ import annotations``)."""
-    if annotation is inspect.Parameter.empty:
-        return "", False
-    text = annotation if isinstance(annotation, str) else _type_text(annotation)
-    text = text.replace(" ", "").replace("typing.", "").replace("collections.abc.", "")
-    optional = "None" in text
-    if text.startswith("Optional["):
-        text = text[len("Optional[") :]
-    choices = [part for part in text.split("|") if part != "None"]
-    return (choices[0] if choices else ""), optional
-
-
-def _type_text(annotation: Any) -> str:
-    args = typing.get_args(annotation)
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or origin is types.UnionType:
-        return "|".join(_type_text(arg) for arg in args)
-    if annotation is type(None):
-        return "None"
-    named = origin if origin is not None else annotation
-    return str(getattr(named, "__name__", named))
-
-
 def _convert(backend: str, name: str, value: Any, annotation: Any) -> Any:
     if not isinstance(value, str):
         return value  # given typed already (write_batch, tests)
-    kind, optional = _kind(annotation)
+    kind, optional = annotation_kind(annotation)
     if optional and value.strip().lower() in ("", "none", "null"):
         return None
     converters = (

@@ -10,8 +10,9 @@ decision names, sweep what never prepared. :func:`recover_sink` runs
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -45,6 +46,8 @@ __all__ = [
     "sink_status",
 ]
 
+
+_log = logging.getLogger("twopc.recover")
 
 ProgressResolver = Callable[[Mapping[str, Any]], ProgressReporter]
 """Builds the reporter of a group from its recorded description (the ``to`` of a decision's
@@ -96,6 +99,10 @@ class StatusItem:
     attempt: int | None = None
     age_seconds: float | None = None
     detail: str = ""
+    unproven: bool = False
+    """An abort the commit log cannot justify: it has no record of the batch at all (it is
+    not the log the query wrote its decisions to), so the batch may have been decided
+    elsewhere. ``twopc recover`` refuses to act on such items without ``--force``."""
 
 
 @dataclass(frozen=True)
@@ -151,10 +158,24 @@ class SinkStatus:
     writers: tuple[WriterStatus, ...]
     notes: tuple[str, ...] = ()
     checked_at: float = field(default_factory=time.time)
+    log_found: bool = True
+    """Whether the commit log holds any query's records; ``False`` for a path nothing
+    wrote to (a mistyped ``--checkpoint``, a ``commit_log=`` the query was given and the
+    command was not)."""
+    other_sink_ids: tuple[str, ...] = ()
+    """Sink ids of decisions in the log that are not ``sink_id``: the log of another sink."""
+    warnings: tuple[str, ...] = ()
+    """What makes the commit log look like the wrong place for this sink; recovery refuses
+    to act while there are any, unless forced."""
 
     @property
     def running(self) -> tuple[WriterStatus, ...]:
         return tuple(w for w in self.writers if w.running)
+
+    @property
+    def unproven(self) -> tuple[StatusItem, ...]:
+        """Aborts of prepared work whose batch the commit log does not know."""
+        return tuple(i for i in self.items if i.unproven)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able view (what ``twopc status --json`` prints)."""
@@ -190,6 +211,8 @@ class SinkStatus:
                 {**asdict(i), "kind": str(i.kind), "action": str(i.action)} for i in self.items
             ],
             "notes": list(self.notes),
+            "log_found": self.log_found,
+            "warnings": list(self.warnings),
         }
 
 
@@ -219,7 +242,10 @@ def sink_status(
         [w.committable for w in inspection.pending if w.committable is not None],
         on_read=counter(steps, "checked", "prepared transactions"),
     )
-    items.extend(_work_item(work, decisions) for work in inspection.pending)
+    known = _known_batches(commit_log, inspection.pending, decisions)
+    items.extend(_work_item(work, decisions, known) for work in inspection.pending)
+    log_found = commit_log.exists()
+    others = tuple(sorted({d.sink_id for d in pending if d.sink_id != sink_id}))
     writers = tuple(
         WriterStatus(hb, *_assess(hb, stale_after))
         for hb in commit_log.heartbeats()
@@ -234,7 +260,55 @@ def sink_status(
         items=tuple(items),
         writers=writers,
         notes=inspection.notes,
+        log_found=log_found,
+        other_sink_ids=others,
+        warnings=_warnings(commit_log, sink_id, log_found, others, items),
     )
+
+
+def _known_batches(
+    commit_log: CommitLog,
+    pending: Sequence[PendingWork],
+    decisions: dict[tuple[str, int], Decision | None],
+) -> set[tuple[str, int]]:
+    """The batches of prepared work that the log recorded (a run or a decision)."""
+    keys = {
+        (w.committable.query_id, w.committable.batch_id)
+        for w in pending
+        if w.committable is not None
+    }
+    return {key for key in keys if decisions.get(key) is not None or commit_log.knows_batch(*key)}
+
+
+def _warnings(
+    commit_log: CommitLog,
+    sink_id: str,
+    log_found: bool,
+    other_sink_ids: tuple[str, ...],
+    items: Sequence[StatusItem],
+) -> tuple[str, ...]:
+    """Why this commit log looks like the wrong place for ``sink_id``'s recovery."""
+    found: list[str] = []
+    if not log_found:
+        found.append(
+            f"no commit log at {commit_log.url}: no query of sink {sink_id!r} recorded "
+            "anything there. Check --checkpoint (the query's checkpointLocation) or "
+            "--commit-log (what the query passed as commit_log=)"
+        )
+    if other_sink_ids:
+        found.append(
+            f"the commit log at {commit_log.url} holds decisions of sink id(s) "
+            f"{', '.join(map(repr, other_sink_ids))}, not {sink_id!r}: it is another sink's log"
+        )
+    unproven = sorted({(i.query_id or "", i.batch_id or 0) for i in items if i.unproven})
+    if unproven:
+        batches = ", ".join(f"batch {b} of query {q}" for q, b in unproven)
+        found.append(
+            f"the target holds prepared work of {batches}, which the commit log at "
+            f"{commit_log.url} has no record of: it cannot tell whether that batch was "
+            "decided, so aborting it could throw away committed output"
+        )
+    return tuple(found)
 
 
 def _assess(heartbeat: Heartbeat, stale_after: float) -> tuple[bool, str]:
@@ -304,20 +378,38 @@ def _lost_item(committable: Committable) -> StatusItem:
     )
 
 
-def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | None]) -> StatusItem:
+def _work_item(
+    work: PendingWork,
+    decisions: dict[tuple[str, int], Decision | None],
+    known: set[tuple[str, int]],
+) -> StatusItem:
     committable = work.committable
+    unproven = False
     if committable is None:
         # never prepared, or not attributable: the sweep removes or aborts it
         action = Action.ABORT if work.kind is WorkKind.OPEN else Action.SWEEP
         detail = work.detail
     else:
-        decision = decisions[(committable.query_id, committable.batch_id)]
+        key = (committable.query_id, committable.batch_id)
+        decision = decisions[key]
         if decision is not None and decision.contains(committable):
             action, why = Action.COMMIT, "named by the batch's decision"
         elif decision is not None:
             action, why = Action.ABORT, "an attempt the batch's decision does not name"
-        else:
+        elif key in known:
             action, why = Action.ABORT, "no decision for the batch"
+        else:
+            # only prepared work can hold a decided batch's rows; open work never committed
+            unproven = work.kind is WorkKind.PREPARED
+            action, why = (
+                Action.ABORT,
+                (
+                    "no decision for the batch, and no record of it in this commit log: "
+                    "recover refuses to abort it without --force"
+                    if unproven
+                    else "no decision for the batch"
+                ),
+            )
         detail = f"{why}; {work.detail}" if work.detail else why
     return StatusItem(
         kind=_ITEM_KIND[work.kind],
@@ -329,6 +421,7 @@ def _work_item(work: PendingWork, decisions: dict[tuple[str, int], Decision | No
         attempt=work.attempt,
         age_seconds=work.age_seconds,
         detail=detail,
+        unproven=unproven,
     )
 
 
@@ -399,6 +492,9 @@ class RecoveryReport:
     swept: int = 0
     after: SinkStatus | None = None
     error: str | None = None
+    forced: tuple[str, ...] = ()
+    """The warnings ``force`` acted past (the plan's :attr:`SinkStatus.warnings`), and what
+    they cost: prepared work aborted although the log could not prove its batch undecided."""
 
     @property
     def ok(self) -> bool:
@@ -417,6 +513,7 @@ class RecoveryReport:
             "aborted": self.aborted,
             "swept": self.swept,
             "error": self.error,
+            "forced": list(self.forced),
             "plan": self.plan.to_dict(),
             "after": None if self.after is None else self.after.to_dict(),
         }
@@ -436,10 +533,18 @@ def recover_sink(
 ) -> RecoveryReport:
     """Resolve what crashed runs of ``sink_id`` left, as the coordinator does at start.
 
-    Commits decided work, aborts undecided prepared work, sweeps leftovers. Refuses while a
-    liveness record says a writer runs (the query's own recovery could race with this one
-    and abort work it is about to commit), unless ``force``. ``dry_run`` only plans, and
-    is never refused.
+    Commits decided work, aborts undecided prepared work, sweeps leftovers. Refuses, unless
+    ``force``:
+
+    - while a liveness record says a writer runs (the query's own recovery could race with
+      this one and abort work it is about to commit);
+    - when the commit log looks like the wrong place (:attr:`SinkStatus.warnings`): it
+      does not exist, it holds another sink id's decisions, or the target holds prepared
+      work of a batch the log has no record of. Only the log the query wrote to can prove a
+      batch undecided; aborting on another's word could throw away a decided batch.
+
+    ``dry_run`` only plans, and is never refused. With ``force`` past a warning, the
+    report's ``forced`` says what was acted on without proof.
     After acting it inspects again; work the target aborts on its own time (open
     transactions that fencing aborts, e.g. Kafka's) takes a moment to show as aborted, so it
     waits up to ``settle_seconds`` for that. ``steps`` hears how far it is (``twopc
@@ -451,12 +556,19 @@ def recover_sink(
     if plan.running and not force:
         reasons = "; ".join(f"query {w.heartbeat.query_id}: {w.reason}" for w in plan.running)
         return RecoveryReport(plan, performed=False, refused=f"a writer is running ({reasons})")
+    if plan.warnings and not force:
+        return RecoveryReport(
+            plan, performed=False, refused="; ".join(plan.warnings) + ". Nothing was changed"
+        )
+    forced = _forced(plan) if force else ()
+    for line in forced:
+        _log.warning("twopc sink=%s: recover --force: %s", sink_id, line)
     coordinator = Coordinator(sink, sink_id, commit_log)
     try:
         stats = coordinator.recover(steps)
     except Exception as exc:
         after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
-        return RecoveryReport(plan, performed=True, after=after, error=f"{exc}")
+        return RecoveryReport(plan, performed=True, after=after, error=f"{exc}", forced=forced)
     after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
     deadline = time.monotonic() + settle_seconds
     while after.items and all(i.kind is ItemKind.OPEN for i in after.items):
@@ -472,4 +584,19 @@ def recover_sink(
         aborted=stats.aborted,
         swept=stats.swept,
         after=after,
+        forced=forced,
+    )
+
+
+def _forced(plan: SinkStatus) -> tuple[str, ...]:
+    """What ``force`` acts past: the plan's warnings and, for each batch the log does not
+    know, the prepared work that is aborted (lost, if that batch was decided elsewhere)."""
+    lost: dict[tuple[str, int], list[str]] = {}
+    for item in plan.unproven:
+        lost.setdefault((item.query_id or "", item.batch_id or 0), []).append(item.ident)
+    return plan.warnings + tuple(
+        f"aborting batch {b} of query {q} without proof that it was undecided: "
+        f"{len(idents)} prepared item(s) ({', '.join(idents)}); if that batch was decided, "
+        "its output is lost"
+        for (q, b), idents in sorted(lost.items())
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -13,7 +14,7 @@ from typing import Any
 from twopc._boundary import leaving_twopc
 from twopc._commit_log import CommitLog
 from twopc._coordinator import Coordinator
-from twopc._liveness import Heartbeat, HeartbeatState, this_host
+from twopc._liveness import Heartbeat, HeartbeatState, process_start, this_host
 from twopc._metrics import BatchMetrics, BatchStatus
 from twopc._paths import check_roles
 from twopc._phase1 import BatchEngine
@@ -27,6 +28,18 @@ from twopc.storage import join
 __all__ = ["BatchWriter", "MetricsCallback", "resolve_commit_log", "validate_sink_id"]
 
 _log = logging.getLogger("twopc")
+
+
+@functools.lru_cache(maxsize=4)
+def _pid_start(pid: int) -> str | None:
+    return process_start(pid)
+
+
+def _own_start() -> str | None:
+    """This process's start time for its liveness record, read once per pid (a forked
+    child has its own)."""
+    return _pid_start(os.getpid())
+
 
 MetricsCallback = Callable[[BatchMetrics], None]
 
@@ -149,6 +162,7 @@ class BatchWriter:
             updated_at=time.time(),
             batch_id=batch_id,
             state=state,
+            process_start=_own_start(),
         )
         try:
             coordinator.commit_log.write_heartbeat(record)
@@ -156,6 +170,39 @@ class BatchWriter:
         except Exception:
             _log.warning(
                 "twopc sink=%s: writing the liveness record failed", self.sink_id, exc_info=True
+            )
+
+    def _refuse_a_second_writer(self, log: CommitLog, query_id: str, batch_id: int) -> None:
+        """Refuse to write while another query writes this sink id with this commit log
+        (two checkpoints, one sink id and one log: the files sink's log next to its data, or
+        one ``commit_log=`` given to both). Their batch ids would interleave in one output;
+        the docs forbid it. Judged by the other query's liveness record, when this writer
+        meets a query id first. A record of this very process may belong to a query stopped
+        in the same session, which cannot be told apart from a running one: only logged."""
+        for other in log.heartbeats():
+            if other.sink_id != self.sink_id or other.query_id == query_id:
+                continue
+            liveness = other.assess()
+            if not liveness.running:
+                continue
+            if other.host == this_host() and other.pid == os.getpid():
+                _log.warning(
+                    "twopc sink=%s: query %s of this process also wrote this sink id (its "
+                    "record says batch %d); if it still runs, stop one of them",
+                    self.sink_id,
+                    other.query_id,
+                    other.batch_id,
+                )
+                continue
+            raise ConfigurationError(
+                f"another query writes sink id {self.sink_id!r} right now: query "
+                f"{other.query_id} on {other.host} (pid {other.pid}, batch {other.batch_id}; "
+                f"{liveness.reason}), recorded in the commit log {log.url}. Two queries "
+                "(two checkpoints) must not write one sink id: stop the other query, or give "
+                "this one its own sink_id. If the other query is stopped, its record is "
+                "stale: see 'Is the query running?' in docs/operations.md",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
             )
 
     def close(self) -> None:
@@ -184,6 +231,8 @@ class BatchWriter:
     ) -> BatchMetrics:
         with leaving_twopc(self.sink_id, batch_id):
             coordinator = self.coordinator(checkpoint_root)
+            if query_id not in self._queries:
+                self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
         self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
         try:
             with leaving_twopc(self.sink_id, batch_id):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import sys
@@ -17,22 +19,65 @@ from twopc.plugins import PluginRegistry
 __all__ = ["main"]
 
 
+def _pyspark() -> dict[str, object]:
+    """Whether PySpark is installed (the Spark entry points need it), without importing it."""
+    if importlib.util.find_spec("pyspark") is None:
+        return {"installed": False, "version": None}
+    try:
+        version = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"installed": True, "version": version}
+
+
+def _progress_rows(registry: PluginRegistry) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for kind in registry.progress_kinds():
+        spec = registry.progress_spec(kind)
+        missing = [m for m in spec.requires if importlib.util.find_spec(m) is None]
+        rows.append(
+            {
+                "kind": kind,
+                "usable": not missing,
+                "reason": ""
+                if not missing
+                else f"needs {', '.join(missing)}"
+                + (f": {spec.install_hint}" if spec.install_hint else ""),
+                "description": spec.description,
+            }
+        )
+    return rows
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Columns padded to their widest cell; the last column is left as it is."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
+        for row in rows
+    ]
+
+
 def _plugins(args: argparse.Namespace) -> int:
     registry = PluginRegistry()
     backends = registry.backends()
     failures = registry.failures()
+    progress = _progress_rows(registry)
+    pyspark = _pyspark()
     if args.json:
         print(
             json.dumps(
                 {
                     "backends": [asdict(b) for b in backends],
+                    "progress_reporters": progress,
+                    "pyspark": pyspark,
                     "failures": [asdict(f) for f in failures],
                 },
                 indent=2,
             )
         )
         return 0
-    rows = [("BACKEND", "PLUGIN", "VERSION", "USABLE", "DETAIL")]
+    rows: list[tuple[str, ...]] = [("BACKEND", "PLUGIN", "VERSION", "USABLE", "DETAIL")]
     for backend in backends:
         rows.append(
             (
@@ -43,11 +88,29 @@ def _plugins(args: argparse.Namespace) -> int:
                 backend.description if backend.usable else backend.reason,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    print("\n".join(_table(rows)))
     if not backends:
         print("no backends found: is twopc installed (pip install twopc)?")
+    if progress:
+        print()
+        reporters: list[tuple[str, ...]] = [("PROGRESS REPORTER", "USABLE", "DETAIL")]
+        reporters.extend(
+            (
+                str(row["kind"]),
+                "yes" if row["usable"] else "no",
+                str(row["description"] if row["usable"] else row["reason"]),
+            )
+            for row in progress
+        )
+        print("\n".join(_table(reporters)))
+    print()
+    if pyspark["installed"]:
+        print(f"pyspark: {pyspark['version']} (the Spark entry points can be used)")
+    else:
+        print(
+            'pyspark: not installed; the Spark entry points need it: pip install "twopc[spark]" '
+            "(the local engine, twopc.local, works without it)"
+        )
     for failure in failures:
         print(
             f"plugin {failure.plugin} ({failure.distribution} {failure.version}) failed to "
@@ -85,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="twopc", description="Exactly-once two-phase-commit sinks for PySpark."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "-V",
+        "--version",
+        action="version",
+        version=f"twopc {__version__}",
+        help="print the version",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     plugins = commands.add_parser(

@@ -38,6 +38,7 @@ from typing import Any, cast
 
 import pluggy
 
+from twopc._signature import check_options
 from twopc.errors import (
     BackendNotFoundError,
     BackendNotInstalledError,
@@ -365,6 +366,7 @@ class PluginRegistry:
 
     def create_sink(self, backend: str, /, **options: Any) -> Sink[Any]:
         factory = self.spec(backend).load()
+        check_options(backend, factory, options)
         sink = factory(**options)
         if not isinstance(sink, Sink):
             raise PluginError(

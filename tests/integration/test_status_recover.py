@@ -318,3 +318,157 @@ def _check_plan(
         assert query["target_partitions"] == {"0": 1, "1": 0}
     elif target.name == "kafka-atomic":
         assert query["target_partitions"] == {"0": 0}
+
+
+# -- recovery pointed at the wrong place (issue 28) --------------------------------------------
+#
+# Only the commit log the query writes to can prove a batch undecided. Pointed anywhere else
+# (a mistyped checkpoint, another sink id, an empty directory, another query's log, no
+# --commit-log for a query that passed commit_log=), `twopc recover` must change nothing on
+# the target and exit 2, saying what it looked for and where; the right place then recovers.
+
+WRONG_PLACE_TARGETS = ["postgres-two_phase", "mysql-two_phase", "files"]
+
+
+def _replace_option(cli: list[str], flag: str, value: str | None) -> list[str]:
+    """``cli`` with ``flag``'s value replaced, added, or (``value`` None) dropped."""
+    out: list[str] = []
+    args = iter(cli)
+    for arg in args:
+        if arg == flag:
+            next(args)
+            continue
+        out.append(arg)
+    return out if value is None else [*out, flag, value]
+
+
+def _another_querys_log(log: Path, tmp_path: Path) -> Path:
+    """A commit log of another query: the same files under another query id."""
+    other = tmp_path / "other-query-log"
+    for query_dir in log.iterdir():
+        if query_dir.is_dir() and not query_dir.name.startswith("."):
+            destination = other / str(uuid.uuid4())
+            destination.mkdir(parents=True)
+            for entry in query_dir.iterdir():
+                if not entry.name.startswith("."):
+                    (destination / entry.name).write_bytes(entry.read_bytes())
+    return other
+
+
+def _wrong_places(target: Target, tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    """Each wrong way to point recover at the log, with the text its refusal must show."""
+    sink_id = target.cli[target.cli.index("--sink-id") + 1]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    typo = str(tmp_path / "chk-typo")
+    places = {
+        "mistyped checkpoint": (
+            _replace_option(
+                _replace_option(target.cli, "--commit-log", None), "--checkpoint", typo
+            ),
+            f"no commit log at {typo}/twopc/{sink_id}",
+        ),
+        "empty directory": (
+            _replace_option(
+                _replace_option(target.cli, "--checkpoint", None), "--commit-log", str(empty)
+            ),
+            f"no commit log at {empty}",
+        ),
+        "another sink id": (
+            _replace_option(target.cli, "--sink-id", "another-sink"),
+            "not 'another-sink'" if "--commit-log" in target.cli else "no commit log at",
+        ),
+    }
+    if "--commit-log" in target.cli:
+        log = Path(target.cli[target.cli.index("--commit-log") + 1])
+        places["another query's log"] = (
+            _replace_option(target.cli, "--commit-log", str(_another_querys_log(log, tmp_path))),
+            "has no record of",
+        )
+        places["commit_log= on the query, not on the command line"] = (
+            _replace_option(target.cli, "--commit-log", None),
+            "keeps no commit log of its own: give --commit-log",
+        )
+    else:
+        # the files sink keeps its log under its path, whatever the checkpoint: a mistyped
+        # checkpoint finds the right log; a mistyped path is the wrong place
+        del places["mistyped checkpoint"]
+        path = next(a for a in target.cli if a.startswith("path="))
+        places["mistyped path"] = (
+            [path + "-typo" if a == path else a for a in target.cli],
+            "no commit log at",
+        )
+        # another query's log, beside the right one
+        places["another query's log"] = (
+            _replace_option(
+                target.cli, "--commit-log", str(_another_querys_log(_files_log(target), tmp_path))
+            ),
+            "has no record of",
+        )
+    return places
+
+
+def _files_log(target: Target) -> Path:
+    path = next(a.split("=", 1)[1] for a in target.cli if a.startswith("path="))
+    sink_id = target.cli[target.cli.index("--sink-id") + 1]
+    return Path(path) / "_twopc" / sink_id
+
+
+@pytest.mark.parametrize("target", WRONG_PLACE_TARGETS, indirect=True)
+def test_recover_pointed_at_the_wrong_place_changes_nothing(target: Target, tmp_path: Path) -> None:
+    _crash(target, "commit")  # batch 1 decided, both partitions still prepared
+    before, prepared = target.visible(), target.leftovers()
+    assert len(prepared) == PARTITIONS and set(before) == ids_of([0])
+
+    for name, (cli, says) in _wrong_places(target, tmp_path).items():
+        done = twopc_cli("recover", *cli, env=target.env)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2, f"{name}: exit {done.returncode}\n{output}"
+        assert says in output, f"{name}: {output}"
+        assert "nothing in doubt" not in output, name
+        assert target.visible() == before, f"{name}: recover changed what readers see"
+        assert target.leftovers() == prepared, f"{name}: recover touched the prepared work"
+
+    # the right place finishes the decided batch; the restart then ends exactly once
+    done = twopc_cli("recover", *target.cli, env=target.env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(target.visible()) == ids_of(range(2))
+    restart = run_process(target.query, timeout=120)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert sorted(target.visible().elements()) == sorted(ALL_IDS)
+
+
+@pytest.mark.parametrize("target", ["postgres-two_phase"], indirect=True)
+def test_status_warns_and_recover_force_names_what_it_aborts(
+    target: Target, tmp_path: Path
+) -> None:
+    """The issue's reproduction: a mistyped checkpoint. Status warns; recover refuses; with
+    --force it aborts and names the batch whose output it may have thrown away."""
+    _crash(target, "abort")  # batch 1 prepared, undecided: forcing loses nothing here
+    typo = str(tmp_path / "chk" / "ordrs")
+    cli = _replace_option(_replace_option(target.cli, "--commit-log", None), "--checkpoint", typo)
+
+    status = twopc_cli("status", *cli, env=target.env)
+    assert status.returncode == 0, status.stderr
+    assert "WARNING: no commit log at" in status.stdout
+    assert "nothing for recovery to do" not in status.stdout
+    assert "no record of it in this commit log" in status.stdout
+    plan = status_json(cli, target.env)
+    assert plan["log_found"] is False and plan["warnings"]
+    assert all(i["unproven"] for i in plan["in_doubt"])
+
+    refused = twopc_cli("recover", *cli, env=target.env)
+    assert refused.returncode == 2
+    assert "refused: no commit log at" in refused.stdout
+    assert "--force would abort 2 prepared item(s)" in refused.stdout
+    assert len(target.leftovers()) == PARTITIONS
+
+    forced = twopc_cli("recover", *cli, "--force", env=target.env)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "forced: aborting batch 1 of query" in forced.stdout
+    assert "if that batch was decided, its output is lost" in forced.stdout
+    assert target.leftovers() == []
+    assert set(target.visible()) == ids_of([0])
+    restart = run_process(target.query, timeout=120)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert sorted(target.visible().elements()) == sorted(ALL_IDS)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ import pytest
 import twopc
 from twopc import CommitLog
 from twopc._commit_log import Decision
-from twopc._liveness import Heartbeat, HeartbeatState
+from twopc._liveness import Heartbeat, HeartbeatState, process_start
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
 from twopc.testing import MemoryDriverSink
@@ -115,6 +116,25 @@ def test_a_clean_run_leaves_no_record_and_a_failed_one_leaves_it(
         HeartbeatState.FAILED,
     )
     assert (record.host, record.pid) == (socket.gethostname(), os.getpid())
+    assert record.process_start == process_start(os.getpid())  # survives pid reuse
 
     stream.run(foreach_batch(sink, "orders", commit_log=url, processes=False))
     assert log.heartbeats() == []
+
+
+def test_a_reused_pid_is_not_taken_for_the_writer() -> None:
+    """The record keeps the writer process's start time: a later process that got the same
+    pid (here: this test's own, with another start time recorded) counts as stopped."""
+    pid = os.getpid()
+    started = process_start(pid)
+    assert started is not None and started.startswith("linux:")
+    base = heartbeat(host=socket.gethostname(), pid=pid)
+    same = replace(base, process_start=started)
+    assert same.assess().running
+    reused = replace(base, process_start="linux:1")
+    liveness = reused.assess()
+    assert not liveness.running
+    assert "that pid now belongs to a process started later" in liveness.reason
+    # an older record without the start time still counts by pid alone
+    assert base.assess().running
+    assert Heartbeat.from_bytes(same.to_bytes()) == same

@@ -12,7 +12,8 @@ import pytest
 
 import twopc
 from twopc import CommitLog, TaskContext
-from twopc._commit_log import Decision
+from twopc._commit_log import BatchRun, Decision
+from twopc.protocol import Footprint
 from twopc.testing import MemoryDriverSink, MemoryStore
 
 pytestmark = pytest.mark.unit
@@ -28,6 +29,11 @@ def _prepare(
     return sink.pre_commit(txn)
 
 
+def _ran(log: CommitLog, sink: twopc.Sink[object], batch: int) -> None:
+    """Record a run of ``batch`` as the coordinator does before its phase 1."""
+    log.record_run(QUERY, batch, BatchRun(Footprint(sink.naming(), 1)))
+
+
 def test_only_the_attempt_the_decision_names_would_commit(
     tmp_path: Path, store_name: str, store: MemoryStore
 ) -> None:
@@ -37,6 +43,7 @@ def test_only_the_attempt_the_decision_names_would_commit(
     winner = _prepare(sink, 0, 0, attempt=1)
     _prepare(sink, 1, 0, attempt=0)  # a batch without a decision
     log.record_decision(Decision("orders", QUERY, 0, (winner,)))
+    _ran(log, sink, 1)  # the coordinator records every run before its phase 1
 
     status = twopc.sink_status(sink, "orders", log)
     plan = sorted((i.kind, i.batch_id, i.attempt, i.action) for i in status.items)
@@ -95,6 +102,7 @@ class _LeftoverSink(MemoryDriverSink):
 def test_unprepared_leftovers_would_be_swept(tmp_path: Path, store_name: str) -> None:
     sink = _LeftoverSink(store_name)
     log = CommitLog(str(tmp_path / "log"))
+    _ran(log, sink, 3)
     (item,) = twopc.sink_status(sink, "orders", log).items
     assert (item.kind, item.action, item.batch_id, item.partition) == (
         twopc.ItemKind.UNPREPARED,

@@ -25,9 +25,10 @@ import twopc.plugins
 import twopc.testing
 from tests.helpers import local_query, read_ids, run_process, staged_attempts
 from twopc import CommitLog
-from twopc._commit_log import Decision
+from twopc._commit_log import BatchRun, Decision
 from twopc._liveness import Heartbeat, HeartbeatState
 from twopc.cli import main
+from twopc.protocol import Footprint
 
 SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
 
@@ -88,13 +89,27 @@ def test_options_from_a_file_and_the_environment(
 
 @pytest.mark.unit
 @pytest.mark.usefixtures("memory_backend")
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "soon"])
+def test_stale_after_must_be_a_positive_number(
+    tmp_path: Path, store_name: str, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    args = ["status", *_memory_args(tmp_path / "log", store_name), f"--stale-after={value}"]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert "argument --stale-after:" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("memory_backend")
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--option-env", "store=TWOPC_NO_SUCH_VARIABLE"], "is not set"),
         (["--option", "novalue"], "expects KEY=VALUE"),
         (["--option-json", "store=12x"], "not valid JSON"),
-        (["--option", "no_such_option=1"], "does not accept these options"),
+        (["--option", "no_such_option=1"], "the memory backend has no option 'no_such_option'"),
+        (["--option", "stor=x"], "has no option 'stor' (did you mean 'store'?)"),
     ],
 )
 def test_bad_options_exit_2(
@@ -132,6 +147,7 @@ def test_recover_commits_what_was_decided_and_aborts_the_rest(
         sink.invoke(txn, _ids(batch))
         prepared.append(sink.pre_commit(txn))
     log.record_decision(Decision("orders", "q", 0, (prepared[0],)))
+    log.record_run("q", 1, BatchRun(Footprint(sink.naming(), 1)))  # as before phase 1
     args = _memory_args(tmp_path / "log", store_name)
     assert main(["recover", *args, "--dry-run", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["dry_run"] is True
@@ -196,6 +212,7 @@ def _lingering(store_name: str, log: CommitLog, prepared: int) -> None:
     txn = sink.begin_transaction(twopc.TaskContext("orders", "q", 0, 0))
     sink.invoke(txn, _ids(0))
     log.record_decision(Decision("orders", "q", 0, (sink.pre_commit(txn),)))
+    log.record_run("q", 1, BatchRun(Footprint(sink.naming(), prepared)))  # as before phase 1
 
 
 @pytest.mark.unit
