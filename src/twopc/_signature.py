@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -101,8 +102,8 @@ def _shown(value: Any) -> str:
 
 _ACCEPTS: dict[str, tuple[tuple[type, ...], str]] = {
     "bool": ((bool,), "true or false"),
-    "int": ((int,), "a whole number"),
-    "float": ((int, float), "a number"),
+    "int": ((numbers.Integral,), "a whole number"),
+    "float": ((numbers.Real,), "a number"),
     "str": ((str,), "a string"),
     "Sequence": ((list, tuple, str), "a list"),
     "list": ((list, tuple), "a list"),
