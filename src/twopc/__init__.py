@@ -15,6 +15,8 @@ injection is in :mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`; 
 helpers and the conformance kit are in :mod:`twopc.testing`.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from twopc._batch_write import write_batch
 from twopc._commit_log import CommitLog
 from twopc._entry_points import register
@@ -166,3 +168,73 @@ for _name in __all__:
         if getattr(_obj, "__module__", "").startswith("twopc._"):
             _obj.__module__ = "twopc"
 del _name, _obj
+
+# -- names removed with the sink contract v2 ------------------------------------------------
+
+_MIGRATION = (
+    "Every change a plugin written for contract v1 needs is in the migration table of the "
+    "plugin guide, docs/plugins.md, 'Migrating a v1 plugin'"
+)
+_INTERNAL = "internal now (twopc's own tests import it from its private module)"
+_REMOVED = {
+    "Capabilities": (
+        "a sink no longer declares capabilities, it inherits one commit role: "
+        "twopc.CommitsOnDriver for Capabilities(global_commit=True), twopc.CommitsInTask "
+        "for Capabilities(commit_in_task=True); single_transaction is the sink's attribute "
+        "single_task, and the other capabilities are gone"
+    ),
+    "BatchWriter": (
+        f"{_INTERNAL}: twopc.foreach_batch(sink, sink_id, ...) returns the writer (a "
+        "twopc.SparkBatchWriter); twopc.local.foreach_batch runs one without Spark"
+    ),
+    "Coordinator": (
+        f"{_INTERNAL}: write through twopc.foreach_batch or twopc.write_batch "
+        "(twopc.local.foreach_batch without Spark), recover with twopc.recover_sink"
+    ),
+    "Decision": f"{_INTERNAL}: twopc.sink_status(...) shows the commit log's decisions",
+    "Heartbeat": (
+        f"{_INTERNAL}: twopc.sink_status(...).writers shows each writer's liveness record "
+        "(WriterStatus.heartbeat)"
+    ),
+    "Liveness": (
+        f"{_INTERNAL}: twopc.sink_status(...).writers shows each writer's liveness record "
+        "(WriterStatus.running, .reason)"
+    ),
+    "Phase1Task": (
+        f"{_INTERNAL}: phase 1 runs through twopc.foreach_batch, twopc.write_batch or twopc.local"
+    ),
+    "TaskReport": (
+        f"{_INTERNAL}: twopc.BatchMetrics.tasks (twopc.TaskMetrics) say what each task did"
+    ),
+}
+"""Public names of twopc 0.1.0 that are gone, with what replaces each."""
+_MOVED = {"Fault": "twopc.faults", "FaultAction": "twopc.faults"}
+"""Public names of twopc 0.1.0 that live on in another module."""
+
+
+if not _TYPE_CHECKING:  # type checkers keep reporting unknown names of twopc
+
+    def __getattr__(name: str) -> object:
+        """Names removed since twopc 0.1.0: an :class:`ImportError` that names the
+        replacement and the migration table (not an :class:`AttributeError`, which ``from
+        twopc import ...`` would replace with its own message); a name that moved to
+        another module still works, with a :class:`DeprecationWarning`."""
+        if name in _MOVED:
+            import importlib
+            import warnings
+
+            home = _MOVED[name]
+            warnings.warn(
+                f"twopc.{name} moved to {home}.{name}: import it from there. {_MIGRATION}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(home), name)
+        if name in _REMOVED:
+            raise ImportError(
+                f"twopc.{name} was removed with the sink contract v2: {_REMOVED[name]}. "
+                f"{_MIGRATION}",
+                name=__name__,
+                path=__file__,
+            )
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -99,14 +99,34 @@ class RecoveryScope:
 
 @dataclass(frozen=True)
 class TaskContext:
-    """Where a phase-1 task runs: handed to :meth:`Sink.begin_transaction`."""
+    """Where a phase-1 task runs: handed to :meth:`Sink.begin_transaction`.
+
+    Name what the task stages after ``sink_id``, ``query_id``, ``batch_id``, ``partition``
+    and ``attempt``: recovery finds the work by them, and the committable carries them
+    (:meth:`Committable.for_task`)."""
 
     sink_id: str
+    """The id the user gave the writer (``foreach_batch(sink, sink_id)``): what a sink
+    stages under one sink id is that writer's, and ``recover(sink_id)`` lists it."""
     query_id: str
+    """The streaming query's id, kept in its checkpoint (for a batch write, an id derived
+    from the sink id and its ``write_id``). A new checkpoint has a new id, so batch ids
+    that start from 0 again never collide with earlier output."""
     batch_id: int
+    """The micro-batch (Spark's ``batchId``)."""
     partition: int
+    """The partition of the batch this task writes, ``0..n-1``."""
     attempt: int = 0
+    """This run of the task: Spark's task attempt id, unique among every run of the
+    partition in the application, also across a stage that Spark runs again after losing
+    an executor (whose attempt *numbers* start from 0 again). A long: it passes 2**31 in a
+    long-running application, so keep it in a 64-bit integer (a ``BIGINT`` column), never
+    a 32-bit one. Not the attempt number (0, 1, ...), which fault filters (``attempt=``)
+    and :class:`~twopc.TaskMetrics` keep."""
     run_id: str = ""
+    """The engine's id of this run of the query where it has one (Spark: the streaming
+    query's run id, new at each start), else ``""``: for logs, never for naming prepared
+    work, which a restarted query must find again."""
     progress: ProgressInTask | None = None
     """The batch's source offsets, for a sink whose transaction commits them
     (:class:`~twopc.progress.CommitsProgressInTask`); ``None`` otherwise."""
@@ -124,10 +144,11 @@ class TaskContext:
 
 class Payload:
     """Base class of a sink's committable payload: subclass it as a frozen dataclass of
-    JSON-able fields, and raise :attr:`version` when the fields change.
+    JSON-able fields (str, int, float, bool, None, and lists and dicts of them), and bump
+    :attr:`version` when the fields change.
 
     A payload travels inside a :class:`Committable` from the task to the driver and into
-    the commit log, where a later version of the sink may read it. :meth:`of` reads it
+    the commit log, where another version of the sink may read it. :meth:`of` reads it
     back and refuses versions the class cannot read (:attr:`reads`), so an old log is read
     or refused with a clear error, never misread. Override :meth:`from_json` to upgrade
     older versions you still list in :attr:`reads`.
@@ -151,14 +172,31 @@ class Payload:
 
     @classmethod
     def of(cls: type[P], committable: Committable) -> P:
-        """The payload of ``committable``, with its version checked."""
+        """The payload of ``committable``, with its version checked.
+
+        Raises :class:`~twopc.UnsupportedFormatError` (a :class:`~twopc.ConfigurationError`)
+        when the committable's payload version is not one this class reads (:attr:`reads`;
+        by default only :attr:`version`): another version of the sink wrote it, and reading
+        it as this version's could misread it. Also when the payload does not make the
+        class: the default :meth:`from_json` passes the payload's keys as the dataclass's
+        fields, so an unknown key or a missing field is refused. A payload a contract-v1
+        sink wrote (a plain dict, version 1) is read by a class of version 1 whose fields
+        are that dict's keys; otherwise list 1 in :attr:`reads` and convert it in
+        :meth:`from_json`.
+
+        In :meth:`CommitsOnDriver.commit`, let the error propagate: the commit is refused
+        instead of misreading the payload, and the decision stays in the commit log for a
+        version that reads it. :meth:`CommitsOnDriver.abort_prepared` must not depend on
+        it: catch the error and find the work by the committable's ids.
+        """
         readable = cls.reads or (cls.version,)
         if committable.version not in readable:
+            package = cls.__module__.partition(".")[0]
             raise UnsupportedFormatError(
-                f"{cls.__name__} version {committable.version} of batch "
-                f"{committable.batch_id} partition {committable.partition} cannot be read by "
-                f"this version of the sink (it reads {', '.join(map(str, readable))}); run "
-                "the twopc version that wrote it to finish the batch",
+                f"{cls.__name__} version {committable.version} cannot be read by this version "
+                f"of {package}, which reads version(s) {', '.join(map(str, readable))}: "
+                f"another version of {package} wrote it. Finish the batch with the version of "
+                f"{package} that wrote it, or a newer one that reads it",
                 sink_id=committable.sink_id,
                 batch_id=committable.batch_id,
                 partition=committable.partition,
@@ -167,8 +205,7 @@ class Payload:
             return cls.from_json(committable.payload, committable.version)
         except (TypeError, KeyError, ValueError) as exc:
             raise UnsupportedFormatError(
-                f"the committable of batch {committable.batch_id} partition "
-                f"{committable.partition} is not a {cls.__name__} ({exc})",
+                f"the payload is not a {cls.__name__} of version {committable.version} ({exc})",
                 sink_id=committable.sink_id,
                 batch_id=committable.batch_id,
                 partition=committable.partition,
@@ -219,6 +256,10 @@ class Committable:
         }
 
     def dumps(self) -> str:
+        """The committable as compact JSON text (:meth:`to_json`, keys sorted), the same
+        for equal committables. A driver-commit sink stores it next to the work it
+        prepared, so that :meth:`CommitsOnDriver.recover` can return it (read back with
+        :meth:`loads`). Raises :class:`TypeError` for a payload that is not JSON-able."""
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -250,6 +291,9 @@ class Committable:
 
     @classmethod
     def loads(cls, text: str) -> Committable:
+        """The committable :meth:`dumps` wrote; refuses text that is not one, or an
+        envelope of another format, with :class:`~twopc.UnsupportedFormatError`. The
+        payload's own version is checked when it is read (:meth:`Payload.of`), not here."""
         try:
             return cls.from_json(json.loads(text))
         except json.JSONDecodeError as exc:
@@ -474,12 +518,23 @@ class CommitsOnDriver(ABC):
 
         Idempotent: committing a committable again reports ``ALREADY_COMMITTED`` and writes
         nothing. Raise :class:`~twopc.TransientSinkError` when a retry may help, and
-        :class:`~twopc.CommitError` when the prepared work is gone.
+        :class:`~twopc.CommitError` when the prepared work is gone. Read each payload with
+        ``MyPayload.of(committable)``, and let the
+        :class:`~twopc.UnsupportedFormatError` it raises for a payload version this version
+        cannot read (a :class:`~twopc.ConfigurationError`) refuse the commit.
         """
 
     @abstractmethod
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
-        """Roll back prepared but uncommitted work. Idempotent; unknown work is ignored."""
+        """Roll back prepared but uncommitted work, so that :meth:`recover` no longer lists
+        it. Idempotent; unknown work is ignored.
+
+        It must also work on a committable whose payload this version cannot read
+        (:meth:`Payload.of` refuses it: a newer version prepared the work, and recovery
+        aborts what no decision names whichever version prepared it). Derive what to roll
+        back from the committable's ids (``sink_id``, ``query_id``, ``batch_id``,
+        ``partition``, ``attempt``), or find the work by them.
+        """
 
     @abstractmethod
     def recover(self, sink_id: str) -> list[Committable]:
@@ -502,6 +557,14 @@ class KeepsMarkers(ABC):
     (the SQL sinks in ``two_phase`` mode do). With markers the coordinator can tell that a
     restored, older checkpoint is behind the target, and which partitions of a partly
     committed batch a reshaped replay would write twice.
+
+    A driver-commit sink with markers of its own implements it when its markers say, per
+    sink id, query id and partition, which batch committed (so that
+    :meth:`committed_partitions` can answer); the coordinator then also refuses a restored
+    older checkpoint whose batches the target already holds. Markers that only make
+    :meth:`CommitsOnDriver.commit` idempotent (one per committable) do not: leave the role
+    out, and the commit log is the record. ``twopc status`` shows markers through
+    :meth:`Sink.inspect` either way.
     """
 
     @abstractmethod

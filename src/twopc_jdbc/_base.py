@@ -28,13 +28,14 @@ are resolved in SQL (last wins: by ``order_column``, then by input order).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Concatenate, ParamSpec, Self, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,7 +62,17 @@ from twopc import (
     WorkKind,
 )
 from twopc_jdbc._evolution import TableColumn, new_columns
-from twopc_jdbc._options import ConnectionSettings, SqlOptions, TableName
+from twopc_jdbc._options import (
+    TIMEOUTS,
+    ConnectionSettings,
+    SqlOptions,
+    TableName,
+    column_names,
+    option_error,
+    seconds,
+)
+from twopc_jdbc._secrets import scrub
+from twopc_jdbc._values import NumericColumn, check_fit
 
 __all__ = [
     "AttemptLock",
@@ -76,6 +87,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("twopc.jdbc")
+_MAX_SECONDS = 1e9
+"""A bound for timeouts: beyond it a number of seconds is a mistake (and overflows)."""
 _KEYS = "keys"
 """``SqlTransaction.extra`` entry: the key columns of an upsert task's batches."""
 _GIVE_WAY_AFTER_SECONDS = 10.0
@@ -83,6 +96,27 @@ _GIVE_WAY_AFTER_SECONDS = 10.0
 before it gives way (``TaskContext.concurrent_attempts``)."""
 SEQ_COLUMN = "twopc_seq"
 """Input order of a staged row, for last-wins de-duplication."""
+_NUMERIC = "numeric columns"
+"""``SqlTransaction.extra`` entry: the target's columns of limited scale (``_values``)."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound="SqlSink")
+
+
+def masked(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """Mask the sink's secrets in any exception leaving ``method``, and in every
+    exception chained to it (a driver's message may echo a connection string)."""
+
+    @functools.wraps(method)
+    def call(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as exc:
+            scrub(exc, self.settings.secrets())
+            raise
+
+    return call
 
 
 @dataclass(frozen=True)
@@ -243,6 +277,11 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     url_schemes: ClassVar[tuple[str, ...]] = ()
     reserved_options: ClassVar[tuple[str, ...]] = ()
     """Connection options the sink sets itself; users may not override them."""
+    connection_keys: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """The driver's keywords for host, port, user, password and database: given in the
+    DSN's query or in ``connect_options`` they set that part of the connection."""
+    max_lock_timeout_seconds: ClassVar[float] = 2_147_483.0
+    """The largest ``lock_timeout_seconds`` the database's setting takes."""
     in_task_class: ClassVar[type[SqlSink] | None] = None
     """The backend's subclass for ``transaction`` mode (it adds :class:`CommitsInTask`)."""
 
@@ -274,28 +313,35 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         read_timeout_seconds: float = 300.0,
         connect_options: dict[str, Any] | None = None,
     ) -> None:
-        if isinstance(key_columns, str):
-            key_columns = (key_columns,)
+        backend = self.backend_name
         self.options = SqlOptions(
-            table=TableName.parse(table),
+            table=TableName.parse(table, backend, "table"),
             mode=mode,
-            key_columns=tuple(key_columns),
+            key_columns=column_names(backend, key_columns),
             order_column=order_column,
             delete_column=delete_column,
             create_table=create_table,
             schema_evolution=schema_evolution,
             transaction_mode=transaction_mode,
-            marker_table=TableName.parse(marker_table),
-            lock_timeout_seconds=lock_timeout_seconds,
-            connect_timeout_seconds=connect_timeout_seconds,
-            read_timeout_seconds=read_timeout_seconds,
+            marker_table=TableName.parse(marker_table, backend, "marker_table"),
+            lock_timeout_seconds=seconds(
+                backend, TIMEOUTS[0], lock_timeout_seconds, self.max_lock_timeout_seconds
+            ),
+            connect_timeout_seconds=seconds(
+                backend, TIMEOUTS[1], connect_timeout_seconds, _MAX_SECONDS
+            ),
+            read_timeout_seconds=seconds(backend, TIMEOUTS[2], read_timeout_seconds, _MAX_SECONDS),
+            backend=backend,
         )
-        self.settings = ConnectionSettings.from_url(dsn, self.url_schemes, connect_options)
+        self.settings = ConnectionSettings.from_url(
+            dsn, self.url_schemes, connect_options, backend=backend, keys=self.connection_keys
+        )
         clash = sorted(set(self.settings.options) & set(self.reserved_options))
         if clash:
-            raise ConfigurationError(
-                f"connect_options {clash} are managed by the {self.backend_name} sink itself"
-                + _timeout_hint(clash)
+            raise option_error(
+                backend,
+                "connect_options",
+                f"sets {clash}, which the {backend} sink manages itself" + _timeout_hint(clash),
             )
         if isinstance(self, CommitsInTask) == (transaction_mode == "two_phase"):
             raise ConfigurationError(
@@ -391,6 +437,11 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         """Load rows that :meth:`load` buffered; runs first in ``pre_commit``."""
         return None
 
+    def numeric_columns(self, conn: Any, table: TableName) -> dict[str, NumericColumn]:
+        """The table's decimal and integer columns, with precision and scale, for the
+        rule that a number is written only if its column holds it exactly."""
+        return {}
+
     def keys_unique(self, txn: SqlTransaction) -> bool:
         """Whether no key occurs twice among the rows of an upsert task without deletes;
         the merge can then skip de-duplication. Needs the keys :meth:`invoke` kept."""
@@ -466,8 +517,10 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
 
     def _error(self, exc: Exception, what: str) -> SinkError:
         kind = self.classify(exc)
+        scrub(exc, self.settings.secrets())
         return kind(f"{what}: {type(exc).__name__}: {str(exc).strip()}")
 
+    @masked
     def begin_transaction(self, ctx: TaskContext) -> SqlTransaction:
         conn = self.connect(autocommit=True)
         xid = TransactionId.for_task(ctx) if self.two_phase else None
@@ -567,12 +620,14 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                 found.append(committable)
         return found
 
+    @masked
     def invoke(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
         if txn.skip:
             return
         if not txn.checked:
             self._check_first_batch(txn, batch.schema)
         self._check_keys(txn, batch)
+        self._check_values(txn, batch)
         try:
             if self.options.needs_staging:
                 if txn.staging is None:
@@ -651,6 +706,20 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                     table,
                 )
 
+    def _check_values(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
+        """Refuse numbers the target's columns cannot hold exactly (see :mod:`._values`),
+        in every row: rows that delete their key pass through the staging table too, which
+        has the target's column types."""
+        specs: dict[str, NumericColumn] | None = txn.extra.get(_NUMERIC)
+        if specs is None:
+            try:
+                specs = self.numeric_columns(txn.conn, self.options.table)
+            except Exception as exc:
+                raise self._error(exc, f"cannot read the columns of {self.options.table}") from exc
+            txn.extra[_NUMERIC] = specs
+        if specs:
+            check_fit(batch, specs, str(self.options.table), txn.rows)
+
     def _check_keys(self, txn: SqlTransaction, batch: pa.RecordBatch) -> None:
         for column in self.options.key_columns:
             nulls = batch.column(column).null_count
@@ -661,6 +730,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                     f"{txn.rows + row} of the partition); upserts need a key"
                 )
 
+    @masked
     def pre_commit(self, txn: SqlTransaction) -> Committable:
         if not txn.skip:
             try:
@@ -688,6 +758,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             return Committable.for_task(txn.ctx, payload)
         return Committable.for_task(txn.ctx, SqlPayload(txn.rows))
 
+    @masked
     def commit_task(self, txn: SqlTransaction) -> CommitOutcome:
         """``transaction`` mode: commit the task's transaction (rows and marker row)."""
         if txn.skip:
@@ -730,11 +801,13 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             )
         return found
 
+    @masked
     def abort(self, txn: SqlTransaction) -> None:
         try:
             self.rollback(txn)
-        except Exception:
-            _log.warning("rollback failed; the database rolls back on disconnect", exc_info=True)
+        except Exception as exc:
+            scrub(exc, self.settings.secrets())
+            _log.warning("rollback failed; the database rolls back on disconnect", exc_info=exc)
         finally:
             _close_quietly(txn.conn)
         self._discard(txn.ctx)
@@ -745,11 +818,13 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             return
         try:
             self.discard_staging(table)
-        except Exception:
-            _log.warning("dropping staging table %s failed; sweep retries", table, exc_info=True)
+        except Exception as exc:
+            scrub(exc, self.settings.secrets())
+            _log.warning("dropping staging table %s failed; sweep retries", table, exc_info=exc)
 
     # -- phase 2 --------------------------------------------------------------------------
 
+    @masked
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         outcomes = []
         for c in committables:
@@ -777,6 +852,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         kind = self.classify(exc)
         if kind is not TransientSinkError:
             kind = CommitError
+        scrub(exc, self.settings.secrets())
         return kind(f"commit failed: {type(exc).__name__}: {str(exc).strip()}")
 
     def _committed_in_its_task(self, c: Committable) -> CommitOutcome:
@@ -828,6 +904,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             "see 'A prepared transaction that is gone' in docs/operations.md"
         )
 
+    @masked
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for c in committables:
             # the branch's id derives from the committable's identity, so even a payload
@@ -837,6 +914,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
 
     # -- recovery -------------------------------------------------------------------------
 
+    @masked
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         if not self.options.needs_staging:
             return 0
@@ -844,6 +922,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         tables = {t for t in (self.staging_table(c) for c in prepared) if t is not None}
         return self.sweep_staging(sink_id, tables)
 
+    @masked
     def inspect(self, sink_id: str) -> Inspection:
         """Prepared branches, leftover staging tables and the marker rows, read-only."""
         prepared = self.recover(sink_id)
@@ -876,6 +955,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
         """The mode: a replay in the other mode cannot be skipped partition by partition."""
         return {"transaction_mode": self.options.transaction_mode}
 
+    @masked
     def committed_partitions(
         self, scope: RecoveryScope, batch_id: int, footprint: Footprint
     ) -> set[int] | None:
@@ -886,6 +966,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             if m.query_id == scope.query_id and m.batch_id >= batch_id
         }
 
+    @masked
     def recover(self, sink_id: str) -> list[Committable]:
         """Prepared branches of ``sink_id``, in both modes: ``transaction`` mode prepares
         nothing itself, but an earlier run in ``two_phase`` mode may have left some."""
@@ -926,5 +1007,6 @@ def _timeout_hint(clash: Sequence[str]) -> str:
 def _close_quietly(conn: Any) -> None:
     try:
         conn.close()
-    except Exception:
-        _log.debug("closing a connection failed", exc_info=True)
+    except Exception as exc:
+        scrub(exc, ())  # connection strings and password= settings, whatever the secret
+        _log.debug("closing a connection failed", exc_info=exc)

@@ -15,9 +15,9 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,8 @@ from twopc_jdbc._base import (
 )
 from twopc_jdbc._evolution import TableColumn
 from twopc_jdbc._options import TableName
+from twopc_jdbc._secrets import scrub
+from twopc_jdbc._values import NumericColumn
 
 __all__ = ["MySQLSink", "quote_identifier"]
 
@@ -58,6 +60,8 @@ _STAGING_PREFIX = "twopc_stage_"
 _TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927, 1440})
 _XAER_NOTA = 1397
 _DUPLICATE_COLUMN = 1060
+_SCALED_TYPES = ("decimal", "numeric")
+_INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint")
 _CSV_OPTIONS = pacsv.WriteOptions(
     include_header=False, null_string="NULL", quoting_style="all_valid"
 )
@@ -170,6 +174,14 @@ class MySQLSink(SqlSink):
         "read_timeout",
         "write_timeout",
     )
+    connection_keys: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "host": ("host",),
+        "port": ("port",),
+        "user": ("user",),
+        "password": ("password", "passwd"),
+        "database": ("database", "db"),
+    }
+    max_lock_timeout_seconds = 1_073_741_824.0  # innodb_lock_wait_timeout's maximum
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -193,11 +205,16 @@ class MySQLSink(SqlSink):
         try:
             return pymysql.connect(**params)
         except pymysql.MySQLError as exc:
+            scrub(exc, settings.secrets())
             raise self.classify(exc)(
                 f"cannot connect to {settings.describe()}: {_message(exc)}"
             ) from exc
         except TypeError as exc:
-            raise ConfigurationError(f"bad connection option for pymysql: {exc}") from exc
+            scrub(exc, settings.secrets())
+            raise ConfigurationError(
+                f"the mysql backend's option connect_options has an option pymysql does not "
+                f"take: {exc}"
+            ) from exc
 
     def classify(self, exc: Exception) -> type[SinkError]:
         code = _code(exc)
@@ -227,6 +244,7 @@ class MySQLSink(SqlSink):
                     cursor.execute("XA RECOVER")
                     cursor.fetchall()
                 except pymysql.MySQLError as exc:
+                    scrub(exc, self.settings.secrets())
                     raise PermanentSinkError(
                         "transaction_mode='two_phase' needs XA RECOVER, which failed "
                         f"({_message(exc)}); grant XA_RECOVER_ADMIN (MySQL 8) or use "
@@ -364,6 +382,24 @@ class MySQLSink(SqlSink):
             )
             rows = cursor.fetchall()
         return [TableColumn(str(n), str(t), bool(null), bool(d)) for n, t, null, d in rows] or None
+
+    def numeric_columns(self, conn: Any, table: TableName) -> dict[str, NumericColumn]:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT column_name, column_type, data_type, numeric_precision, numeric_scale "
+                "FROM information_schema.columns WHERE "
+                "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s",
+                (table.schema, table.name),
+            )
+            rows = cursor.fetchall()
+        found = {}
+        for name, shown, data_type, precision, scale in rows:
+            kind = str(data_type).lower()
+            if kind in _SCALED_TYPES:
+                found[str(name)] = NumericColumn(str(shown), int(precision), int(scale))
+            elif kind in _INTEGER_TYPES:
+                found[str(name)] = NumericColumn(str(shown), None, 0)
+        return found
 
     @contextlib.contextmanager
     def evolution_session(self, txn: SqlTransaction) -> Iterator[Any]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
@@ -40,6 +41,8 @@ from twopc_jdbc._base import (
 from twopc_jdbc._evolution import TableColumn
 from twopc_jdbc._options import TableName
 from twopc_jdbc._pgcopy import HEADER, TRAILER, Encoder, encoder_for
+from twopc_jdbc._secrets import scrub
+from twopc_jdbc._values import NumericColumn
 
 __all__ = ["PostgresSink"]
 
@@ -95,6 +98,49 @@ _ALREADY_CREATED = (pgerrors.DuplicateTable, pgerrors.UniqueViolation, pgerrors.
 
 # binary COPY wraps integers that do not fit these types around silently: check first
 _INT_LIMITS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
+_TIMESTAMPS = ("timestamp", "timestamptz")
+_CONVERSION = "conversion table"
+"""``SqlTransaction.extra`` entry: the table an append with time-zone conversions loads
+into before ``INSERT ... SELECT`` moves the rows into the target."""
+_VARHDRSZ = 4
+"""What ``atttypmod`` of a ``numeric(p,s)`` column adds to ``(p << 16) | s``."""
+
+
+def _zone_kind(arrow_type: pa.DataType) -> str | None:
+    """``timestamptz`` for Arrow timestamps with a time zone, ``timestamp`` without."""
+    if not pa.types.is_timestamp(arrow_type):
+        return None
+    return "timestamptz" if arrow_type.tz is not None else "timestamp"
+
+
+def _converted(schema: pa.Schema, types: dict[str, str]) -> dict[str, str]:
+    """Columns whose timestamps are of the other time-zone kind than the table's column:
+    name -> the data's kind. PostgreSQL converts them itself, by its casts."""
+    found = {}
+    for f in schema:
+        kind = _zone_kind(f.type)
+        if kind is not None and types.get(f.name) in _TIMESTAMPS and types[f.name] != kind:
+            found[f.name] = kind
+    return found
+
+
+def _to_integers(batch: pa.RecordBatch, types: dict[str, str], table: TableName) -> pa.RecordBatch:
+    """Decimals and floats bound for integer columns as int64 (the values are whole
+    numbers by now: ``_values.check_fit`` ran), so COPY encodes them as integers."""
+    for i, f in enumerate(batch.schema):
+        if types.get(f.name) not in _INT_LIMITS:
+            continue
+        if not (pa.types.is_decimal(f.type) or pa.types.is_floating(f.type)):
+            continue
+        try:
+            column = pc.cast(batch.column(i), pa.int64())
+        except pa.ArrowInvalid as exc:
+            raise PermanentSinkError(
+                f"column {f.name!r} of table {table} is {types[f.name]}: a value is out of "
+                f"its range ({exc})"
+            ) from exc
+        batch = batch.set_column(i, f.name, column)
+    return batch
 
 
 def _out_of_range(batch: pa.RecordBatch, types: dict[str, str]) -> str | None:
@@ -154,6 +200,14 @@ class PostgresSink(SqlSink):
     backend_name = "postgres"
     url_schemes = ("postgresql", "postgres")
     reserved_options = ("autocommit", "connect_timeout")
+    connection_keys: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "host": ("host",),
+        "port": ("port",),
+        "user": ("user",),
+        "password": ("password",),
+        "database": ("dbname",),
+    }
+    max_lock_timeout_seconds = 2_147_483.0  # lock_timeout is an int of milliseconds
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -175,6 +229,7 @@ class PostgresSink(SqlSink):
         try:
             conn = _TimedConnection.connect(**params)
         except psycopg.Error as exc:
+            scrub(exc, settings.secrets())
             raise self.classify(exc)(
                 f"cannot connect to {settings.describe()}: {_first_line(exc)}"
             ) from exc
@@ -266,8 +321,12 @@ class PostgresSink(SqlSink):
         conn.autocommit = False
         if xid is not None:
             conn.tpc_begin(xid.gid)
-        timeout = f"{int(self.options.lock_timeout_seconds * 1000)}ms"
-        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(timeout)))
+        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout)))
+
+    @property
+    def _lock_timeout(self) -> str:
+        # at least 1 ms: 0 would mean "wait forever"
+        return f"{max(1, int(self.options.lock_timeout_seconds * 1000))}ms"
 
     def prepare(self, txn: SqlTransaction) -> None:
         txn.conn.tpc_prepare()
@@ -371,8 +430,9 @@ class PostgresSink(SqlSink):
         # after every partition prepared: the others could never write. Commit it first.
         conn = self.connect(autocommit=False)
         try:
-            timeout = f"{int(self.options.lock_timeout_seconds * 1000)}ms"
-            conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(timeout)))
+            conn.execute(
+                sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
+            )
             lock = evolution_lock_name(self.settings.database, self.options.table)
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
             yield conn
@@ -424,18 +484,79 @@ class PostgresSink(SqlSink):
         ).fetchall()
         return dict(rows)
 
+    def numeric_columns(self, conn: Any, table: TableName) -> dict[str, NumericColumn]:
+        rows = conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname, a.atttypmod "
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+            "AND t.typname IN ('numeric', 'int2', 'int4', 'int8')",
+            (self._ident(table).as_string(conn),),
+        ).fetchall()
+        found = {}
+        for name, shown, typname, typmod in rows:
+            if typname != "numeric":
+                found[str(name)] = NumericColumn(str(shown), None, 0)
+            elif typmod >= _VARHDRSZ:  # numeric without (p,s) holds any value exactly
+                bits = typmod - _VARHDRSZ
+                scale = ((bits & 0x7FF) ^ 1024) - 1024  # 11 signed bits (PostgreSQL 15)
+                found[str(name)] = NumericColumn(str(shown), (bits >> 16) & 0xFFFF, scale)
+        return found
+
+    def _types(self, txn: SqlTransaction, table: TableName) -> dict[str, str]:
+        """Column name -> type name of ``table``, read once per task."""
+        key = f"types:{table}"
+        if key not in txn.extra:
+            txn.extra[key] = self._column_types(txn.conn, table)
+        types: dict[str, str] = txn.extra[key]
+        return types
+
+    def _select_list(
+        self, txn: SqlTransaction, columns: Sequence[str], schema: pa.Schema
+    ) -> sql.Composable:
+        """The target's columns for a table that receives the data first: a timestamp
+        column of the other time-zone kind than the data's takes the data's kind, so
+        that the data loads unchanged and PostgreSQL's own cast converts it when the rows
+        move into the target (``timestamptz`` -> ``timestamp`` in the session's TimeZone,
+        and back)."""
+        converted = _converted(schema, self._types(txn, self.options.table))
+        return sql.SQL(", ").join(
+            sql.SQL("{}::{} AS {}").format(
+                sql.Identifier(c), sql.SQL(converted[c]), sql.Identifier(c)
+            )
+            if c in converted
+            else sql.Identifier(c)
+            for c in columns
+        )
+
+    def _conversion_table(self, txn: SqlTransaction, schema: pa.Schema) -> TableName:
+        """An append's table for rows whose timestamps PostgreSQL must convert (created
+        in the task's transaction, dropped by :meth:`flush`)."""
+        found: TableName | None = txn.extra.get(_CONVERSION)
+        if found is not None:
+            return found
+        table = TableName(f"twopc_conv_{_task_digest(txn)}", self.options.table.schema)
+        txn.conn.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+                self._ident(table),
+                self._select_list(txn, schema.names, schema),
+                self._ident(self.options.table),
+            )
+        )
+        txn.extra[_CONVERSION] = table
+        return table
+
+    def flush(self, txn: SqlTransaction) -> None:
+        table: TableName | None = txn.extra.pop(_CONVERSION, None)
+        if table is not None:
+            txn.conn.execute(sql.SQL("DROP TABLE {}").format(self._ident(table)))
+
     def open_staging(self, txn: SqlTransaction, schema: pa.Schema) -> TableName:
-        digest = hashlib.sha256(
-            f"{txn.ctx.sink_id}\0{txn.ctx.query_id}\0{txn.ctx.batch_id}\0{txn.ctx.partition}"
-            f"\0{txn.ctx.attempt}".encode()
-        ).hexdigest()[:16]
-        staging = TableName(f"twopc_stage_{digest}", self.options.table.schema)
+        staging = TableName(f"twopc_stage_{_task_digest(txn)}", self.options.table.schema)
         target = self._ident(self.options.table)
-        data_columns = list(txn.columns)
         conn = txn.conn
         conn.execute(
             sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
-                self._ident(staging), self._columns(data_columns), target
+                self._ident(staging), self._select_list(txn, txn.columns, schema), target
             )
         )
         conn.execute(
@@ -452,11 +573,27 @@ class PostgresSink(SqlSink):
         return staging
 
     def load(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
+        batch = _to_integers(batch, self._types(txn, table), table)
+        if table == self.options.table and _converted(batch.schema, self._types(txn, table)):
+            # timestamps of the other time-zone kind: load them as they are, and let
+            # PostgreSQL's assignment cast convert them on the way into the target
+            staged = self._conversion_table(txn, batch.schema)
+            self._copy(txn, staged, batch)
+            columns = self._columns(batch.schema.names)
+            txn.conn.execute(
+                sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+                    self._ident(table), columns, columns, self._ident(staged)
+                )
+            )
+            txn.conn.execute(sql.SQL("TRUNCATE {}").format(self._ident(staged)))
+            return
+        self._copy(txn, table, batch)
+
+    def _copy(self, txn: SqlTransaction, table: TableName, batch: pa.RecordBatch) -> None:
+        """Binary ``COPY`` of ``batch`` into ``table``: column-wise where the encoder
+        takes every column, row by row through psycopg otherwise."""
         conn = txn.conn
-        types_key = f"types:{table}"
-        if types_key not in txn.extra:
-            txn.extra[types_key] = self._column_types(conn, table)
-        types: dict[str, str] = txn.extra[types_key]
+        types = self._types(txn, table)
         names = batch.schema.names
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             self._ident(table), self._columns(names)
@@ -545,9 +682,26 @@ class PostgresSink(SqlSink):
 def _write_rows(copy: Any, batch: pa.RecordBatch, pg_types: list[str]) -> None:
     """Row by row through psycopg: for column types the column-wise encoder leaves out."""
     copy.set_types(pg_types)
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    columns = [
+        _as_decimals(values) if pg_type == "numeric" and pa.types.is_floating(values.type)
+        else values.to_pylist()
+        for values, pg_type in zip(batch.columns, pg_types, strict=True)
+    ]  # fmt: skip
     for row in zip(*columns, strict=True):
         copy.write_row(row)
+
+
+def _as_decimals(values: pa.Array) -> list[Decimal | None]:
+    """Floats for a numeric column, by their shortest round-trip form (``1.24``, not
+    ``1.2399999999999999911182158029987``), as :mod:`._values` judged them."""
+    return [None if v is None else Decimal(repr(v)) for v in values.to_pylist()]
+
+
+def _task_digest(txn: SqlTransaction) -> str:
+    """Names a task attempt's own tables: sink, query, batch, partition and attempt."""
+    ctx = txn.ctx
+    identity = f"{ctx.sink_id}\0{ctx.query_id}\0{ctx.batch_id}\0{ctx.partition}\0{ctx.attempt}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def _first_line(exc: BaseException) -> str:

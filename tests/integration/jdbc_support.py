@@ -1221,13 +1221,19 @@ class SqlSinkCases:
 
     # 6. credentials ------------------------------------------------------------------------
 
-    def test_credentials_never_shown(self, db: Db, env: Env) -> None:
+    @pytest.mark.parametrize("where", ["userinfo", "query", "connect_options"])
+    def test_credentials_never_shown(self, db: Db, env: Env, where: str) -> None:
         scheme = db.dsn.split("://", 1)[0]
-        sink = env.sink(
-            env.table(),
-            dsn=f"{scheme}://twopc:{SECRET}@127.0.0.1:1/twopc?password={SECRET}x",
-            connect_options={"sslpassword": SECRET + "y", "ssl_key": SECRET + "z"},
-        )
+        dsn = {
+            "userinfo": f"{scheme}://twopc:{SECRET}@127.0.0.1:1/twopc",
+            "query": f"{scheme}://twopc@127.0.0.1:1/twopc?password={SECRET}",
+            "connect_options": f"{scheme}://twopc@127.0.0.1:1/twopc",
+        }[where]
+        options = {"sslpassword": SECRET + "y", "ssl_key": SECRET + "z"}
+        if where == "connect_options":
+            options["password"] = SECRET
+        sink = env.sink(env.table(), dsn=dsn, connect_options=options)
+        assert sink.settings.password == SECRET
         texts = [repr(sink), sink.describe(), repr(sink.settings), sink.settings.describe()]
         for text in texts:
             assert SECRET not in text, text

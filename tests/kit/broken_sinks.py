@@ -5,13 +5,18 @@ kit reports the broken guarantee. Each is a small change to the files sink, the 
 plugin author could plausibly write, and each has a module-level factory ``(target) -> Sink``
 so the kit can import it by name, also in the fresh processes its tests start.
 
-The read side of (a) to (e) is the files sink's: committed rows are the Parquet files under
-the target that ``pyarrow.dataset`` picks up (staging directories start with ``_`` and are
-hidden). (f) to (h) commit in the task, over the in-memory store of ``twopc.testing``.
+The read side of (a) to (e), (i), (j) and (m) to (p) is the files sink's: committed rows are
+the Parquet files under the target that ``pyarrow.dataset`` picks up (staging directories
+start with ``_`` and are hidden). (f) to (h) and (k) commit in the task, (l), (q) and the
+second sink of (n) on the driver, over the in-memory store of ``twopc.testing``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import hashlib
+import os
 import threading
 import uuid
 from collections.abc import Sequence
@@ -25,23 +30,35 @@ from twopc import (
     Committable,
     Footprint,
     Payload,
+    PermanentSinkError,
     RecoveryScope,
     TaskContext,
+    TransientSinkError,
 )
-from twopc.testing import MemoryTaskSink
-from twopc.testing._memory import MemoryTransaction
+from twopc.testing import MemoryDriverSink, MemoryTaskSink
+from twopc.testing._memory import MemoryPayload, MemoryTransaction
 from twopc_files import FilesPayload, FilesSink
 from twopc_files._layout import STAGING_DIR
 from twopc_files.sink import FilesTransaction
 
 __all__ = [
     "abort_prepared_commits",
+    "abort_prepared_does_nothing",
     "abort_promotes",
+    "abort_reads_the_payload",
+    "attempt_in_int32_column",
+    "attempt_wraps_at_32_bits",
+    "bad_records_retried",
     "commit_copies_again",
     "commit_trusts_memory",
+    "committable_not_json",
+    "holds_its_target",
     "in_task_visible_early",
     "marker_ignored",
     "markers_blind",
+    "partial_row_group_fails",
+    "payload_not_json",
+    "payload_version_unchecked",
     "pre_commit_in_memory",
     "recover_deletes_staging",
     "visible_before_commit",
@@ -285,3 +302,187 @@ class MarkersBlindSink(MemoryTaskSink):
 
 def markers_blind(target: str) -> MemoryTaskSink:
     return MarkersBlindSink(target)
+
+
+# -- (i) the payload's version is never checked -------------------------------------------
+
+
+class PayloadVersionUncheckedSink(FilesSink):
+    """commit reads every payload as the version it writes itself (``committable.payload``
+    taken as it is, not through ``FilesPayload.of``): a payload another version of the sink
+    wrote is misread, never refused."""
+
+    def _promote(self, committable: Committable) -> CommitOutcome:
+        return super()._promote(dataclasses.replace(committable, version=FilesPayload.version))
+
+
+def payload_version_unchecked(target: str) -> FilesSink:
+    return PayloadVersionUncheckedSink(target)
+
+
+# -- (j) abort_prepared does nothing, and prepared work is invisible -----------------------
+
+
+class AbortPreparedDoesNothingSink(FilesSink):
+    """abort_prepared does nothing ("staged files are hidden from readers anyway"): what
+    readers see cannot tell, but the prepared work stays, and recovery keeps finding it."""
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        return None
+
+
+def abort_prepared_does_nothing(target: str) -> FilesSink:
+    return AbortPreparedDoesNothingSink(target)
+
+
+# -- (k), (l): attempt ids kept in 32 bits -------------------------------------------------
+
+
+class AttemptInInt32ColumnSink(MemoryTaskSink):
+    """Records, with each marker, the attempt that committed it in a 32-bit column (an
+    ``INTEGER`` column of a SQL target): Spark's task attempt ids are longs, and the insert
+    fails once they pass 2**31."""
+
+    def commit_in_task(self, txn: MemoryTransaction) -> CommitOutcome:
+        if not txn.skip:
+            pa.array([txn.ctx.attempt], pa.int32())  # the marker row's attempt column
+        return super().commit_in_task(txn)
+
+
+def attempt_in_int32_column(target: str) -> MemoryTaskSink:
+    return AttemptInInt32ColumnSink(target)
+
+
+class AttemptWrapsSink(MemoryDriverSink):
+    """Keeps the prepared work's committable with its attempt in a 32-bit column that wraps
+    silently: recover() lists the work under another attempt than the decision names, so
+    recovery aborts decided work."""
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        committable = super().pre_commit(txn)
+        key = MemoryPayload.of(committable).key
+        stored, ids = self.store.prepared[key]
+        wrapped = pa.array([stored.attempt], pa.int64()).cast(pa.int32(), safe=False)[0].as_py()
+        self.store.prepared[key] = (dataclasses.replace(stored, attempt=wrapped), ids)
+        return committable
+
+
+def attempt_wraps_at_32_bits(target: str) -> MemoryDriverSink:
+    return AttemptWrapsSink(target)
+
+
+# -- (m) abort_prepared needs a payload it can read ---------------------------------------
+
+
+class AbortReadsThePayloadSink(FilesSink):
+    """abort_prepared finds the staging directory through the payload: a payload of a
+    version it cannot read (a newer sink prepared the work) makes it raise, and recovery
+    fails at every start."""
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        for committable in committables:
+            self._remove(FilesPayload.of(committable).staging)
+
+
+def abort_reads_the_payload(target: str) -> FilesSink:
+    return AbortReadsThePayloadSink(target)
+
+
+# -- (n) committables that are not JSON ---------------------------------------------------
+
+
+class CommittableNotJsonSink(FilesSink):
+    """Adds a checksum of the staged files to the payload as raw bytes (built by hand, not
+    through a Payload): the committable cannot be written into a task report or the commit
+    log, which are JSON."""
+
+    def pre_commit(self, txn: FilesTransaction) -> Committable:
+        committable = super().pre_commit(txn)
+        digest = hashlib.sha256(committable.dumps().encode()).digest()
+        return dataclasses.replace(committable, payload={**committable.payload, "sha256": digest})
+
+
+def committable_not_json(target: str) -> FilesSink:
+    return CommittableNotJsonSink(target)
+
+
+@dataclass(frozen=True)
+class _Fingerprinted(Payload):
+    key: str
+    rows: int
+    fingerprint: bytes  # not JSON-able
+
+
+class PayloadNotJsonSink(MemoryDriverSink):
+    """The same mistake in a Payload: a field of raw bytes. ``Committable.for_task`` cannot
+    make a committable of it, so pre_commit raises."""
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        prepared = super().pre_commit(txn)
+        stored = MemoryPayload.of(prepared)
+        digest = hashlib.sha256(repr(txn.ids).encode()).digest()
+        return Committable.for_task(txn.ctx, _Fingerprinted(stored.key, stored.rows, digest))
+
+
+def payload_not_json(target: str) -> MemoryDriverSink:
+    return PayloadNotJsonSink(target)
+
+
+# -- (o) a target only one process can open -----------------------------------------------
+
+_HELD: dict[str, int] = {}
+
+
+class HoldsItsTargetSink(FilesSink):
+    """Opens its target in ``__init__`` and holds it, exclusively, for the life of the
+    process (as an embedded database holds its file): a sink in another process, the one
+    that prepares or the driver that commits after a crash, cannot open it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        if path in _HELD:
+            return
+        os.makedirs(path, exist_ok=True)
+        handle = os.open(os.path.join(path, ".lock"), os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(handle)
+            raise TransientSinkError(f"{path} is held open by another process") from None
+        _HELD[path] = handle
+
+
+def holds_its_target(target: str) -> FilesSink:
+    return HoldsItsTargetSink(target)
+
+
+# -- (p), (q): bad records, and good ones that fail --------------------------------------------
+
+
+class BadRecordsRetriedSink(FilesSink):
+    """Reports input it can never write as transient ("the target may take it later"):
+    the task is retried in vain, and the batch's error does not say its records are bad."""
+
+    def invoke(self, txn: FilesTransaction, batch: pa.RecordBatch) -> None:
+        try:
+            super().invoke(txn, batch)
+        except PermanentSinkError as exc:
+            raise TransientSinkError(f"write failed: {exc.cause_message}") from exc
+
+
+def bad_records_retried(target: str) -> FilesSink:
+    return BadRecordsRetriedSink(target)
+
+
+class PartialRowGroupFailsSink(MemoryDriverSink):
+    """Writes rows in groups of 32 and fails a task that ends with a partial group: good
+    input fails, for another reason than bad records."""
+
+    def pre_commit(self, txn: MemoryTransaction) -> Committable:
+        if len(txn.ids) % 32:
+            raise ValueError(f"a row group holds 32 rows, the last one has {len(txn.ids) % 32}")
+        return super().pre_commit(txn)
+
+
+def partial_row_group_fails(target: str) -> MemoryDriverSink:
+    return PartialRowGroupFailsSink(target)

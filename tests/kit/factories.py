@@ -7,7 +7,7 @@ import functools
 import twopc
 from tests.integration.services import Services
 from twopc.protocol import Sink
-from twopc.testing import MemoryTaskSink
+from twopc.testing import MemoryDriverSink, MemoryTaskSink
 
 
 def files_sink(target: str) -> Sink[object]:
@@ -75,3 +75,8 @@ def kafka_atomic_sink(target: str) -> Sink[object]:
 def memory_task_sink(target: str) -> Sink[object]:
     """The in-memory reference sink that commits in the task (one process only)."""
     return MemoryTaskSink(target)  # type: ignore[return-value]
+
+
+def memory_driver_sink(target: str) -> Sink[object]:
+    """The in-memory reference sink that commits on the driver (one process only)."""
+    return MemoryDriverSink(target)  # type: ignore[return-value]

@@ -214,3 +214,61 @@ def test_lazy_backends_export_exactly_all(module: types.ModuleType) -> None:
     assert sorted(namespace) == module.__all__
     with pytest.raises(AttributeError):
         module.NoSuchName  # noqa: B018
+
+
+# Public names of twopc 0.1.0 that the sink contract v2 removed (CHANGELOG): each says what
+# replaces it, and where the migration table is.
+REMOVED = [
+    "BatchWriter",
+    "Capabilities",
+    "Coordinator",
+    "Decision",
+    "Heartbeat",
+    "Liveness",
+    "Phase1Task",
+    "TaskReport",
+]
+MOVED = {"Fault": "twopc.faults", "FaultAction": "twopc.faults"}
+
+
+@pytest.mark.parametrize("name", REMOVED)
+def test_a_removed_name_says_what_replaces_it(name: str) -> None:
+    words = rf"twopc\.{name} was removed with the sink contract v2: .+ 'Migrating a v1 plugin'"
+    with pytest.raises(ImportError, match=words):
+        exec(f"from twopc import {name}", {})
+    with pytest.raises(ImportError, match=words):
+        getattr(twopc, name)
+    assert name not in twopc.__all__
+
+
+def test_capabilities_names_the_commit_roles() -> None:
+    with pytest.raises(ImportError) as removed:
+        exec("from twopc import Capabilities", {})
+    for replacement in ("twopc.CommitsOnDriver", "twopc.CommitsInTask", "single_task"):
+        assert replacement in str(removed.value)
+
+
+@pytest.mark.parametrize("name", list(MOVED))
+def test_a_moved_name_still_imports_with_a_deprecation_warning(name: str) -> None:
+    home = importlib.import_module(MOVED[name])
+    namespace: dict[str, object] = {}
+    with pytest.warns(DeprecationWarning, match=rf"twopc\.{name} moved to {MOVED[name]}"):
+        exec(f"from twopc import {name}", namespace)
+    assert namespace[name] is getattr(home, name)
+
+
+def test_other_unknown_names_are_attribute_errors() -> None:
+    assert not hasattr(twopc, "NoSuchName")
+    with pytest.raises(ImportError, match="cannot import name 'NoSuchName'"):
+        exec("from twopc import NoSuchName", {})
+
+
+def test_the_migration_table_covers_every_removed_name() -> None:
+    from tests.helpers import REPO
+
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    start = guide.index("## Migrating a v1 plugin")
+    section = guide[start : guide.index("\n## ", start + 1)]
+    assert sorted([*REMOVED, *MOVED]) == sorted([*twopc._REMOVED, *twopc._MOVED])
+    for name in [*REMOVED, *MOVED]:
+        assert f"`{name}`" in section, name

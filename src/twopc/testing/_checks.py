@@ -7,15 +7,19 @@ that commit in the task (:class:`~twopc.CommitsInTask`). None of them needs Spar
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from twopc._commit_log import CommitLog, Decision
-from twopc.errors import BatchFailedError, PermanentSinkError, TwoPCError
+from twopc._paths import CommitPath
+from twopc.errors import BatchFailedError, ConfigurationError, PermanentSinkError, TwoPCError
 from twopc.local import LocalEngine
 from twopc.protocol import (
     CommitOutcome,
@@ -26,27 +30,61 @@ from twopc.protocol import (
     RecoveryScope,
     TaskContext,
 )
-from twopc.testing._base import SinkChecks, expect, fail, guarantee, in_fresh_process
+from twopc.testing._base import (
+    KIT_ATTEMPT,
+    SinkCallError,
+    SinkChecks,
+    expect,
+    fail,
+    guarantee,
+    in_fresh_process,
+    json_problem,
+    sink_call,
+)
+from twopc.testing._causes import describe, frames_of, plugin_code
 from twopc.testing._runner import batch_ids, load_factory
 
 __all__ = ["DriverCommitChecks", "TaskCommitChecks", "TaskSideChecks"]
 
+UNKNOWN_VERSION = 99
+"""The payload version of the kit's committables that no sink reads (a newer version of
+the sink wrote it): ``commit`` must refuse it, ``abort_prepared`` must still work on it."""
+
 
 def _commit_elsewhere(factory: str, target: str, committable: str, pipe: Any) -> None:
+    sink = None
     try:
         sink = load_factory(factory)(target)
         outcomes = sink.commit([Committable.loads(committable)])
         pipe.send(("ok", [o.value for o in outcomes]))
     except BaseException as exc:  # report everything to the parent
-        pipe.send(("error", f"{type(exc).__name__}: {exc}"))
+        pipe.send(
+            ("error", describe(exc, plugin_code(factory, [type(sink)] if sink is not None else [])))
+        )
 
 
 def _prepare_then_die(factory: str, maker: str, target: str, query: str, pipe: Any) -> None:
-    sink = load_factory(factory)(target)
-    txn = sink.begin_transaction(TaskContext("kit", query, 0, 0))
-    sink.invoke(txn, load_factory(maker)(batch_ids(0, 0, 50)))
-    pipe.send(sink.pre_commit(txn).dumps())
+    sink = None
+    try:
+        sink = load_factory(factory)(target)
+        txn = sink.begin_transaction(TaskContext("kit", query, 0, 0, KIT_ATTEMPT))
+        sink.invoke(txn, load_factory(maker)(batch_ids(0, 0, 50)))
+        committable = sink.pre_commit(txn)
+        problem = json_problem(committable, sink)
+        message = ("json", problem) if problem else ("ok", committable.dumps())
+    except BaseException as exc:  # report everything to the parent
+        message = (
+            "error",
+            describe(exc, plugin_code(factory, [type(sink)] if sink is not None else [])),
+        )
+    pipe.send(message)
     os._exit(0)  # no clean-up, no atexit: only what pre_commit made durable survives
+
+
+def _unreadable(committable: Committable) -> Committable:
+    """``committable`` as a version of the sink this one cannot read would have written
+    it: same task, same payload, payload version :data:`UNKNOWN_VERSION`."""
+    return dataclasses.replace(committable, version=max(UNKNOWN_VERSION, committable.version + 1))
 
 
 class TaskSideChecks(SinkChecks):
@@ -55,9 +93,13 @@ class TaskSideChecks(SinkChecks):
     @guarantee("abort-leaves-nothing")
     def test_abort_of_an_open_transaction_leaves_nothing(self, target: str) -> None:
         sink = self.make_sink(target)
-        txn = sink.begin_transaction(TaskContext("kit", uuid.uuid4().hex, 0, 0))
-        sink.invoke(txn, self.make_batch(range(100)))
-        sink.abort(txn)
+        where = f"batch 0 partition 0 attempt {KIT_ATTEMPT}"
+        with sink_call(f"begin_transaction ({where})"):
+            txn = sink.begin_transaction(TaskContext("kit", uuid.uuid4().hex, 0, 0, KIT_ATTEMPT))
+        with sink_call(f"invoke ({where})"):
+            sink.invoke(txn, self.make_batch(range(100)))
+        with sink_call(f"abort ({where})"):
+            sink.abort(txn)
         seen = self.visible(target)
         expect(not seen, "abort-leaves-nothing", f"{len(seen)} row(s) visible after abort")
 
@@ -70,24 +112,119 @@ class TaskSideChecks(SinkChecks):
     @guarantee("large-batch")
     def test_large_batch(self, target: str) -> None:
         sink = self.make_sink(target)
-        txn = sink.begin_transaction(TaskContext("kit", uuid.uuid4().hex, 0, 0))
+        where = f"batch 0 partition 0 attempt {KIT_ATTEMPT}"
+        with sink_call(f"begin_transaction ({where})"):
+            txn = sink.begin_transaction(TaskContext("kit", uuid.uuid4().hex, 0, 0, KIT_ATTEMPT))
         step = 10_000
         for start in range(0, self.large_rows, step):
-            sink.invoke(txn, self.make_batch(range(start, min(start + step, self.large_rows))))
-        committable = sink.pre_commit(txn)
+            with sink_call(f"invoke ({where}, rows {start} and on)"):
+                sink.invoke(txn, self.make_batch(range(start, min(start + step, self.large_rows))))
+        with sink_call(f"pre_commit ({where})"):
+            committable = sink.pre_commit(txn)
         if isinstance(sink, CommitsInTask):
-            sink.commit_in_task(txn)
+            with sink_call(f"commit_in_task ({where})"):
+                sink.commit_in_task(txn)
         else:
             assert isinstance(sink, CommitsOnDriver)
-            sink.commit([committable])
+            with sink_call(f"commit ({where})"):
+                sink.commit([committable])
         self.exactly(self.visible(target), range(self.large_rows), "large-batch", "after commit")
+
+    @guarantee("committables-json")
+    def test_committables_are_json_serialisable(self, target: str) -> None:
+        """The driver writes every committable into its commit log, and a task sends its
+        own in its report, both as JSON: a prepared task's committable must survive that."""
+        sink = self.make_sink(target)
+        txn, committable = self.open_task(sink, range(500, 520), query=uuid.uuid4().hex)
+        read_back = Committable.loads(committable.dumps())
+        identity = ("sink_id", "query_id", "batch_id", "partition", "attempt", "version")
+        changed = [f for f in identity if getattr(read_back, f) != getattr(committable, f)]
+        expect(
+            not changed,
+            "committables-json",
+            f"the committable of {type(sink).__name__} read back from JSON differs in "
+            f"{', '.join(changed)}: {committable!r}",
+        )
+        if isinstance(sink, CommitsInTask):
+            with sink_call("abort (after pre_commit)"):
+                sink.abort(txn)
+        elif isinstance(sink, CommitsOnDriver):
+            with sink_call("abort_prepared"):
+                sink.abort_prepared([committable])
+
+    @guarantee("attempt-ids")
+    def test_attempt_ids_are_longs(self, target: str, tmp_path: Path) -> None:
+        """Spark names a task's attempt by its task attempt id, a long that passes 2**31 in
+        a long-running application: a task with attempt id :data:`KIT_ATTEMPT` prepares,
+        commits and is found again under that id."""
+        try:
+            if CommitPath.of(self.make_sink(target)) is CommitPath.TASK:
+                self._long_attempt_in_task(target)
+            else:
+                self._long_attempt_on_driver(target, tmp_path)
+        except SinkCallError as exc:
+            exc.hint = (
+                f"Spark's task attempt ids are longs (the kit's is {KIT_ATTEMPT}, above 2**31): "
+                "keep them in 64-bit integers (a BIGINT column), never a 32-bit one"
+            )
+            fail("attempt-ids", exc.explained(self.plugin_code()))
+
+    def _long_attempt_in_task(self, target: str) -> None:
+        query, ids = uuid.uuid4().hex, batch_ids(0, 1, 30)
+        outcome = self.write(self.make_sink(target), ids, query=query, partition=1)
+        expect(
+            outcome is CommitOutcome.COMMITTED,
+            "attempt-ids",
+            f"commit_in_task of attempt {KIT_ATTEMPT} returned {outcome}, expected COMMITTED",
+        )
+        again = self.write(
+            self.make_sink(target), ids, query=query, partition=1, attempt=KIT_ATTEMPT + 1
+        )
+        expect(
+            again is CommitOutcome.ALREADY_COMMITTED,
+            "attempt-ids",
+            f"attempt {KIT_ATTEMPT + 1} of the task that attempt {KIT_ATTEMPT} committed "
+            f"returned {again}, expected ALREADY_COMMITTED",
+        )
+        self.exactly(self.visible(target), ids, "attempt-ids", "after two attempts of a task")
+
+    def _long_attempt_on_driver(self, target: str, tmp_path: Path) -> None:
+        sink = self.make_sink(target)
+        query, ids = uuid.uuid4().hex, batch_ids(0, 1, 30)
+        _, committable = self.open_task(sink, ids, query=query, partition=1)
+        expect(
+            committable.attempt == KIT_ATTEMPT,
+            "attempt-ids",
+            f"pre_commit's committable names attempt {committable.attempt}, not the task's "
+            f"attempt id {KIT_ATTEMPT}: build it with Committable.for_task(ctx, payload)",
+        )
+        fresh = self.make_sink(target)
+        assert isinstance(fresh, CommitsOnDriver)
+        with sink_call("recover"):
+            listed = [c for c in fresh.recover("kit") if c.query_id == query]
+        attempts = sorted(c.attempt for c in listed)
+        expect(
+            attempts == [KIT_ATTEMPT],
+            "attempt-ids",
+            f"recover() of a new sink object lists the work prepared by attempt "
+            f"{KIT_ATTEMPT} with attempt(s) {attempts}: recovery commits only the attempt a "
+            "decision names, so it would abort decided work. Keep attempt ids in 64-bit "
+            "integers (a BIGINT column), never a 32-bit one",
+        )
+        log = tmp_path / "attempt-log"
+        CommitLog(str(log)).record_decision(Decision("kit", query, 0, (committable,)))
+        self.coordinator(self.make_sink(target), log).recover()
+        self.exactly(
+            self.visible(target),
+            ids,
+            "attempt-ids",
+            f"after recovery committed the decided attempt {KIT_ATTEMPT}",
+        )
 
     @guarantee("bad-records")
     def test_bad_records_fail_clearly_and_leave_nothing(self, target: str, tmp_path: Path) -> None:
         bad = self.bad_batch()
         if bad is None:
-            import pytest
-
             pytest.skip("bad_batch() not provided by the suite")
         sink = self.make_sink(target)
         good = pa.Table.from_batches([self.make_batch(range(20))])
@@ -95,17 +232,7 @@ class TaskSideChecks(SinkChecks):
         try:
             self.coordinator(sink, tmp_path / "log").run_batch(uuid.uuid4().hex, 7, engine)
         except BatchFailedError as exc:
-            where = (exc.sink_id, exc.batch_id, exc.partition)
-            expect(
-                where == ("kit", 7, 1),
-                "bad-records",
-                f"the error names sink, batch and partition {where}, not ('kit', 7, 1): {exc}",
-            )
-            expect(
-                isinstance(exc.__cause__, PermanentSinkError),
-                "bad-records",
-                f"the error's cause is {exc.__cause__!r}, not the sink's PermanentSinkError",
-            )
+            self._failed_for_the_bad_records(exc)
         except PermanentSinkError as exc:
             fail("bad-records", f"PermanentSinkError escaped the coordinator: {exc}")
         else:
@@ -121,6 +248,36 @@ class TaskSideChecks(SinkChecks):
             )
         else:
             expect(not seen, "bad-records", f"{len(seen)} row(s) of the failed batch visible")
+
+    def _failed_for_the_bad_records(self, exc: BatchFailedError) -> None:
+        """The batch must fail because partition 1 rejected bad_batch() with a
+        PermanentSinkError, and say so: sink, batch and partition 1."""
+        cause = exc.__cause__
+        failed = exc.partition
+        if failed is None and isinstance(cause, TwoPCError):
+            failed = cause.partition  # a task that failed rather than reported a rejection
+        frames = frames_of(exc, self.plugin_code())
+        if failed is None:
+            fail("bad-records", f"the batch failed without naming a partition: {exc}{frames}")
+        if failed != 1:
+            fail(
+                "bad-records",
+                f"partition {failed}, which got only good rows, failed the batch (partition 1 "
+                f"got bad_batch()), for another reason than bad records: {exc}{frames}",
+            )
+        expect(
+            isinstance(cause, PermanentSinkError),
+            "bad-records",
+            "partition 1 failed on bad_batch(), but not with a PermanentSinkError: raise "
+            "twopc.PermanentSinkError for input that can never be written (the task reports "
+            f"it, and nothing retries it). The batch failed with: {exc}{frames}",
+        )
+        where = (exc.sink_id, exc.batch_id, exc.partition)
+        expect(
+            where == ("kit", 7, 1),
+            "bad-records",
+            f"the error names sink, batch and partition {where}, not ('kit', 7, 1): {exc}",
+        )
 
     @guarantee("replay-skipped")
     def test_replayed_batch_writes_nothing(self, target: str, tmp_path: Path) -> None:
@@ -149,19 +306,138 @@ class DriverCommitChecks(SinkChecks):
         _, committable = self.open_task(sink, range(100), query=uuid.uuid4().hex)
         seen = self.visible(target)
         expect(not seen, "invisible-before-commit", f"{len(seen)} row(s) visible after pre_commit")
-        sink.commit([committable])
+        with sink_call("commit"):
+            sink.commit([committable])
         self.exactly(self.visible(target), range(100), "commit-visible-once", "after commit")
 
     @guarantee("abort-leaves-nothing")
     def test_abort_prepared_leaves_nothing(self, target: str) -> None:
+        """``abort_prepared`` twice, and once more from a new sink object; then a new sink
+        object's ``recover()`` must not list the work, and the target must hold nothing of
+        it (what readers see cannot tell: prepared work is invisible anyway)."""
         sink = self.make_sink(target)
         self.require_role(sink, CommitsOnDriver)
         assert isinstance(sink, CommitsOnDriver)
         _, committable = self.open_task(sink, range(100, 200), query=uuid.uuid4().hex)
-        sink.abort_prepared([committable])
-        sink.abort_prepared([committable])  # idempotent
+        with sink_call("abort_prepared"):
+            sink.abort_prepared([committable])
+        with sink_call("abort_prepared, again (it must be idempotent)"):
+            sink.abort_prepared([committable])
+        other = self.make_sink(target)
+        assert isinstance(other, CommitsOnDriver)
+        with sink_call("abort_prepared, again from a new sink object"):
+            other.abort_prepared([committable])
         seen = self.visible(target)
         expect(not seen, "abort-leaves-nothing", f"{len(seen)} row(s) visible after abort_prepared")
+        self._aborted(target, committable, "abort-leaves-nothing", "abort_prepared")
+
+    @guarantee("abort-unreadable")
+    def test_abort_prepared_of_a_payload_it_cannot_read(self, target: str) -> None:
+        """Recovery aborts prepared work that no decision names, also work a newer version
+        of the sink prepared (after a downgrade): ``abort_prepared`` of a committable whose
+        payload version the sink cannot read must roll the work back."""
+        sink = self.make_sink(target)
+        self.require_role(sink, CommitsOnDriver)
+        assert isinstance(sink, CommitsOnDriver)
+        _, committable = self.open_task(sink, range(600, 650), query=uuid.uuid4().hex)
+        unreadable = _unreadable(committable)
+        try:
+            sink.abort_prepared([unreadable])
+        except Exception as exc:
+            fail(
+                "abort-unreadable",
+                f"abort_prepared of a committable of payload version {unreadable.version} "
+                f"raised {describe(exc, self.plugin_code())}\nIt must work on a payload this "
+                "version cannot read (recovery aborts the prepared work no decision names, "
+                "whichever version prepared it): derive what to roll back from the "
+                "committable's ids (sink_id, query_id, batch_id, partition, attempt), or look "
+                "the work up by them when Payload.of refuses the payload",
+            )
+        self._aborted(
+            target,
+            committable,
+            "abort-unreadable",
+            f"abort_prepared of its committable with payload version {unreadable.version}",
+        )
+
+    def _aborted(self, target: str, committable: Committable, key: str, what: str) -> None:
+        """After ``what``, the work of ``committable`` is gone: a new sink object's
+        ``recover()`` does not list it, readers see nothing, and committing it afterwards
+        makes nothing visible (whether the commit raises or not)."""
+        fresh = self.make_sink(target)
+        assert isinstance(fresh, CommitsOnDriver)
+        with sink_call(f"recover, after {what}"):
+            left = [c for c in fresh.recover("kit") if c.query_id == committable.query_id]
+        listed = ", ".join(
+            f"batch {c.batch_id} partition {c.partition} attempt {c.attempt}" for c in left
+        )
+        expect(
+            not left,
+            key,
+            f"recover() of a new sink object still lists the work after {what}: {listed}. "
+            "abort_prepared must roll prepared work back, not leave it to recovery",
+        )
+        seen = self.visible(target)
+        expect(not seen, key, f"{len(seen)} row(s) visible after {what}")
+        with contextlib.suppress(Exception):  # the work is gone: raising is right
+            fresh.commit([committable])
+        seen = self.visible(target)
+        expect(
+            not seen,
+            key,
+            f"the target still held the work after {what}: committing its committable "
+            f"afterwards made {len(seen)} row(s) visible. abort_prepared must roll it back",
+        )
+
+    @guarantee("unknown-version-refused")
+    def test_commit_refuses_a_payload_version_it_cannot_read(self, target: str) -> None:
+        """A committable whose payload a version of the sink this one cannot read wrote
+        (a decision of a newer version, committed after a downgrade) must be refused, not
+        read as if it were this version's: ``MyPayload.of(committable)`` raises
+        :class:`~twopc.UnsupportedFormatError` for it."""
+        sink = self.make_sink(target)
+        self.require_role(sink, CommitsOnDriver)
+        assert isinstance(sink, CommitsOnDriver)
+        _, committable = self.open_task(sink, range(300, 340), query=uuid.uuid4().hex)
+        unreadable = _unreadable(committable)
+        version = unreadable.version
+        try:
+            outcomes = sink.commit([unreadable])
+        except ConfigurationError:
+            pass  # refused: UnsupportedFormatError is a ConfigurationError
+        except Exception as exc:
+            fail(
+                "unknown-version-refused",
+                f"commit of a committable of payload version {version} raised "
+                f"{describe(exc, self.plugin_code())}\nnot UnsupportedFormatError: read the "
+                "payload with MyPayload.of(committable), which refuses the versions the class "
+                "cannot read with that error",
+            )
+        else:
+            seen = self.visible(target)
+            fail(
+                "unknown-version-refused",
+                f"commit accepted a committable of payload version {version} (it returned "
+                f"{[o.value for o in outcomes]} and made {len(seen)} row(s) visible): a "
+                "payload written by a version of the sink that this one cannot read was read "
+                "as its own. Read it with MyPayload.of(committable), which refuses the "
+                "versions the class does not list in `reads` (UnsupportedFormatError)",
+            )
+        seen = self.visible(target)
+        expect(
+            not seen,
+            "unknown-version-refused",
+            f"{len(seen)} row(s) visible after commit refused payload version {version}",
+        )
+        # the refusal leaves the prepared work as it was: the committable it can read commits
+        with sink_call("commit of the same work with the payload version it writes"):
+            sink.commit([committable])
+        self.exactly(
+            self.visible(target),
+            range(300, 340),
+            "unknown-version-refused",
+            f"after refusing payload version {version}, committing the version it writes",
+        )
 
     @guarantee("commit-idempotent")
     def test_commit_is_idempotent(self, target: str) -> None:
@@ -199,15 +475,25 @@ class DriverCommitChecks(SinkChecks):
         sink = self.make_sink(target)
         self.require_role(sink, CommitsOnDriver)
         assert isinstance(sink, CommitsOnDriver)
-        committable = Committable.loads(
-            in_fresh_process(
-                _prepare_then_die, self.sink_factory, self.batch_maker, target, uuid.uuid4().hex
-            )
+        kind, detail = in_fresh_process(
+            _prepare_then_die, self.sink_factory, self.batch_maker, target, uuid.uuid4().hex
         )
+        if kind == "json":
+            fail("committables-json", detail)
+        expect(
+            kind == "ok",
+            "durable-pre-commit",
+            f"preparing in a fresh process (before it ends with os._exit) failed: {detail}",
+        )
+        committable = Committable.loads(detail)
         try:
             sink.commit([committable])
         except TwoPCError as exc:
-            fail("durable-pre-commit", f"committing after the preparing process died failed: {exc}")
+            fail(
+                "durable-pre-commit",
+                "committing after the preparing process died failed: "
+                f"{exc}{frames_of(exc, self.plugin_code())}",
+            )
         self.exactly(
             self.visible(target),
             batch_ids(0, 0, 50),
@@ -291,7 +577,9 @@ class TaskCommitChecks(SinkChecks):
         self.write(sink, range(40), query=query, batch=3, partition=1)
         # the same partition of the same batch again: a replay, or a retry after the commit
         replay = self.make_sink(target)
-        outcome = self.write(replay, range(40), query=query, batch=3, partition=1, attempt=1)
+        outcome = self.write(
+            replay, range(40), query=query, batch=3, partition=1, attempt=KIT_ATTEMPT + 1
+        )
         expect(
             outcome is CommitOutcome.ALREADY_COMMITTED,
             "marker-skips-replay",

@@ -13,7 +13,8 @@ import pytest
 
 from twopc.faults import ENV_VAR, CrashPoint
 from twopc.protocol import CommitsInTask, Sink
-from twopc.testing._base import SinkChecks, expect, guarantee
+from twopc.testing._base import NOT_APPLICABLE, SinkChecks, expect, guarantee
+from twopc.testing._causes import explain_output, plugin_code
 from twopc.testing._runner import batch_ids
 
 __all__ = ["CrashChecks", "crash_points"]
@@ -24,6 +25,9 @@ _TASK_POINTS = (
     CrashPoint.BEFORE_PRE_COMMIT,
     CrashPoint.AFTER_PRE_COMMIT,
 )
+
+
+_ROLE = {True: "it commits in the task", False: "it commits on the driver"}
 
 
 def crash_points(sink: Sink[Any]) -> list[CrashPoint]:
@@ -52,7 +56,11 @@ class CrashChecks(SinkChecks):
     ) -> None:
         sink = self.make_sink(target)
         if point not in crash_points(sink):
-            pytest.skip(f"crash point {point.value} does not apply to {type(sink).__name__}")
+            pytest.skip(
+                f"{NOT_APPLICABLE}crash point {point.value} does not apply to "
+                f"{type(sink).__name__} ({_ROLE[isinstance(sink, CommitsInTask)]})"
+            )
+        code = plugin_code(self.sink_factory, [type(sink)])
         batches, partitions, rows = 3, 2, 20
         args = [
             sys.executable,
@@ -81,14 +89,15 @@ class CrashChecks(SinkChecks):
         expect(
             first.returncode == expected_code,
             "crash-exactly-once",
-            f"the first run should end by the crash (exit {expected_code}), got "
-            f"{first.returncode}: {first.stderr[-1500:]}",
+            f"the first run should end by the crash at {point.value} (exit {expected_code}), "
+            f"but it exited {first.returncode}:\n{explain_output(first.stderr, code)}",
         )
         second = _run(args, None)
         expect(
             second.returncode == 0,
             "crash-exactly-once",
-            f"the restart failed ({second.returncode}): {second.stderr[-1500:]}",
+            f"the restart after a SIGKILL at {point.value} failed (exit {second.returncode}):"
+            f"\n{explain_output(second.stderr, code)}",
         )
         expected = [
             i for b in range(batches) for p in range(partitions) for i in batch_ids(b, p, rows)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from twopc.errors import CommitError, PermanentSinkError
+from twopc.errors import CommitError, PermanentSinkError, UnsupportedFormatError
 from twopc.protocol import (
     CommitOutcome,
     CommitsInTask,
@@ -154,7 +154,17 @@ class MemoryDriverSink(_MemorySink, CommitsOnDriver):
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         with _LOCK:
             for committable in committables:
-                self.store.prepared.pop(MemoryPayload.of(committable).key, None)
+                for key in self._keys_of(committable):
+                    self.store.prepared.pop(key, None)
+
+    def _keys_of(self, committable: Committable) -> list[str]:
+        """Where the work of ``committable`` waits: the payload says, and when this version
+        cannot read the payload (a newer one wrote it), the task's ids find it."""
+        try:
+            return [MemoryPayload.of(committable).key]
+        except UnsupportedFormatError:
+            task = _task_of(committable)
+            return [key for key, (c, _) in self.store.prepared.items() if _task_of(c) == task]
 
     def recover(self, sink_id: str) -> list[Committable]:
         with _LOCK:
@@ -166,6 +176,11 @@ class MemoryDriverSink(_MemorySink, CommitsOnDriver):
                 PendingWork.prepared(c, MemoryPayload.of(c).key) for c in self.recover(sink_id)
             )
         )
+
+
+def _task_of(committable: Committable) -> tuple[str, str, int, int, int]:
+    c = committable
+    return (c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt)
 
 
 class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction]):

@@ -12,7 +12,8 @@ How the two phases map onto SQLite:
   into the target table, inserts a marker row (the transaction id) into ``twopc_markers``
   and deletes the staging rows. A committable whose marker exists is reported as already
   committed, so commit is idempotent.
-* ``abort_prepared`` deletes the staging rows; ``recover`` lists ``twopc_prepared``.
+* ``abort_prepared`` deletes the staging rows (found by the task's ids when the payload is
+  of a version it cannot read); ``recover`` lists ``twopc_prepared``.
 
 Readers of the target table never see staged rows. Every partition of a micro-batch is
 committed in its own SQLite transaction, so a reader may see some partitions of a batch
@@ -44,6 +45,7 @@ from twopc import (
     Sink,
     TaskContext,
     TransientSinkError,
+    UnsupportedFormatError,
 )
 
 from twopc_sqlite._db import check_options, connect, rows, schema_problem, sink_error, write
@@ -228,16 +230,31 @@ class SqliteSink(Sink[SqliteTransaction], CommitsOnDriver):
         return CommitOutcome.COMMITTED
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
-        txn_ids = [SqlitePayload.of(c).txn for c in committables]
-        if not txn_ids:
+        if not committables:
             return
         try:
             with self._connect() as connection, write(connection):
-                for txn_id in txn_ids:
-                    connection.execute("DELETE FROM twopc_staging WHERE txn = ?", (txn_id,))
-                    connection.execute("DELETE FROM twopc_prepared WHERE txn = ?", (txn_id,))
+                for committable in committables:
+                    for txn_id in self._prepared_txns(connection, committable):
+                        connection.execute("DELETE FROM twopc_staging WHERE txn = ?", (txn_id,))
+                        connection.execute("DELETE FROM twopc_prepared WHERE txn = ?", (txn_id,))
         except sqlite3.Error as exc:
             raise TransientSinkError(f"sqlite sink: abort failed: {exc}") from exc
+
+    def _prepared_txns(self, connection: sqlite3.Connection, committable: Committable) -> list[str]:
+        """The transaction id of ``committable``'s work. The payload says; when this
+        version cannot read it (a newer version of the sink prepared the work, and recovery
+        aborts it all the same), the task's ids find it in ``twopc_prepared``."""
+        try:
+            return [SqlitePayload.of(committable).txn]
+        except UnsupportedFormatError:
+            rows = connection.execute(
+                "SELECT txn, committable FROM twopc_prepared WHERE sink_id = ?",
+                (committable.sink_id,),
+            ).fetchall()
+            return [
+                txn for txn, text in rows if _task(Committable.loads(text)) == _task(committable)
+            ]
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -251,3 +268,8 @@ class SqliteSink(Sink[SqliteTransaction], CommitsOnDriver):
         except sqlite3.Error as exc:
             raise TransientSinkError(f"sqlite sink: recover failed: {exc}") from exc
         return [Committable.loads(text) for (text,) in rows]
+
+
+def _task(c: Committable) -> tuple[str, str, int, int, int]:
+    """The task a committable comes from: its ids, whichever version wrote its payload."""
+    return (c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt)
