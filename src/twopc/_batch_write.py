@@ -120,7 +120,9 @@ def write_batch(
         with leaving_twopc(sink_id, BATCH_ID):
             spark_write = choose_spark_write(sink, writer.sink_id)
         engine = _BatchEngine(arrange_for(sink, df), spark_write=spark_write)
-        return writer.run(batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None)
+        return writer.run(
+            batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None, write_id=key
+        )
     finally:
         writer.close()
 

@@ -73,6 +73,10 @@ class BatchMetrics:
     """The group's lag on the source after the batch (records), when it could be read."""
     progress_error: str | None = None
     """Why publishing the source offsets failed (the batch itself is committed)."""
+    write_id: str | None = None
+    """The idempotency key of a batch write (``twopc.write_batch``); ``None`` for a
+    streaming query's batch. A batch write's ``query_id`` is derived from it, so it is new
+    for every key: metrics label batch writes by this field's presence, not by query id."""
 
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)

@@ -9,6 +9,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from twopc._boundary import leaving_twopc
@@ -228,7 +229,10 @@ class BatchWriter:
         run_id: str = "",
         input_fingerprint: str | None = None,
         source_offsets: SourceOffsets | None = None,
+        write_id: str | None = None,
     ) -> BatchMetrics:
+        """Write one batch through the coordinator, keeping the liveness record and the
+        metrics; ``write_id``: the key of a batch write, stamped on its metrics."""
         with leaving_twopc(self.sink_id, batch_id):
             coordinator = self.coordinator(checkpoint_root)
             if query_id not in self._queries:
@@ -254,10 +258,13 @@ class BatchWriter:
                     status=BatchStatus.FAILED,
                     backend=self.sink.backend_name,
                     error=str(error),
+                    write_id=write_id,
                 )
             )
             raise
         self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
+        if write_id is not None:
+            metrics = replace(metrics, write_id=write_id)
         self._record(metrics)
         return metrics
 

@@ -111,3 +111,38 @@ def test_a_query_reports_to_prometheus_opentelemetry_and_its_progress(
         observed = progress[metrics.batch_id]["observedMetrics"]["twopc"]
         assert observed["rows"] == metrics.rows
     assert query.lastProgress["observedMetrics"]["twopc"]["rows"] == ROWS
+
+
+def test_a_long_run_of_batch_writes_keeps_one_query_label(spark: Any, tmp_path: Path) -> None:
+    """A scheduled job's batch writes, one key per run: every write's metrics land on the
+    one ``query="batch-writes"`` series of the sink (each write has a query id of its own,
+    so labelling by it would add series without bound), and the files are all there."""
+    registry = CollectorRegistry()
+    export = PrometheusExporter(registry)
+    sink = twopc.create_sink("files", path=str(tmp_path / "daily"))
+    writes = 12
+    for run in range(writes):
+        frame = spark.range(run * 10, run * 10 + 10)
+        metrics = twopc.write_batch(frame, sink, "daily", write_id=f"run-{run}", on_metrics=export)
+        assert metrics.write_id == f"run-{run}"
+    again = twopc.write_batch(
+        spark.range(0, 10), sink, "daily", write_id="run-0", on_metrics=export
+    )
+    assert again.status is twopc.BatchStatus.SKIPPED
+
+    queries = {
+        s.labels["query"]
+        for family in registry.collect()
+        for s in family.samples
+        if "query" in s.labels
+    }
+    assert queries == {"batch-writes"}
+    labels = {"sink": "daily", "query": "batch-writes", "backend": "files"}
+    assert (
+        registry.get_sample_value("twopc_batches_total", {**labels, "status": "committed"})
+        == writes
+    )
+    assert registry.get_sample_value("twopc_batches_total", {**labels, "status": "skipped"}) == 1
+    assert registry.get_sample_value("twopc_batch_rows_total", labels) == writes * 10
+    ids = sorted(r["id"] for r in spark.read.parquet(str(tmp_path / "daily")).collect())
+    assert ids == list(range(writes * 10))

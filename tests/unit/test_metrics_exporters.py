@@ -224,3 +224,62 @@ def test_observe_counts_rows_under_the_twopc_name_on_a_connect_frame() -> None:
     """Connect's columns are built without a server, so the expression can be read here;
     the e2e test runs the classic path in a real query."""
     assert observe(ConnectFrame()) == ("twopc", ["Column<'count(1) AS rows'>"])
+
+
+def _query_labels(registry: CollectorRegistry) -> set[str]:
+    return {
+        s.labels["query"]
+        for family in registry.collect()
+        for s in family.samples
+        if "query" in s.labels
+    }
+
+
+def test_batch_writes_share_one_query_label() -> None:
+    """Each batch write has a query id of its own (derived from its key): labelled by it,
+    a scheduled job would add a series per run, forever."""
+    registry = CollectorRegistry()
+    export = PrometheusExporter(registry)
+    for day in range(30):
+        export(
+            twopc.BatchMetrics(
+                "daily",
+                f"derived-query-{day}",
+                0,
+                status=twopc.BatchStatus.COMMITTED,
+                backend="files",
+                rows=5,
+                write_id=f"2026-11-{day + 1:02d}",
+            )
+        )
+    assert _query_labels(registry) == {"batch-writes"}
+    assert (
+        sample(
+            registry, "twopc_batches_total", sink="daily", query="batch-writes", status="committed"
+        )
+        == 30
+    )
+
+
+def _done(sink: str, query: str, batch_id: int = 0) -> twopc.BatchMetrics:
+    return twopc.BatchMetrics(sink, query, batch_id, twopc.BatchStatus.COMMITTED, backend="files")
+
+
+def test_only_the_latest_queries_of_a_sink_keep_their_series() -> None:
+    registry = CollectorRegistry()
+    export = PrometheusExporter(registry, queries_per_sink=3)
+    for query in range(8):
+        export(_done("orders", f"q-{query}"))
+    export(_done("orders", "q-5", batch_id=1))  # q-5 reported recently
+    export(_done("orders", "q-8"))
+    assert _query_labels(registry) == {"q-5", "q-7", "q-8"}
+    assert sample(registry, "twopc_batches_total", query="q-5", status="committed") == 2
+    # another sink's queries are counted apart
+    export(_done("audit", "q-0"))
+    assert _query_labels(registry) == {"q-0", "q-5", "q-7", "q-8"}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "10"])
+def test_queries_per_sink_must_be_a_positive_whole_number(bad: Any) -> None:
+    with pytest.raises(twopc.ConfigurationError, match="queries_per_sink"):
+        PrometheusExporter(CollectorRegistry(), queries_per_sink=bad)

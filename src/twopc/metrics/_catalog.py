@@ -14,6 +14,7 @@ from enum import StrEnum
 from twopc._metrics import BatchMetrics, BatchStatus
 
 __all__ = [
+    "BATCH_WRITES",
     "CATALOG",
     "COMMON_LABELS",
     "DURATION_BUCKETS",
@@ -57,8 +58,17 @@ class Instrument:
     labels: tuple[str, ...] = ()
 
 
+BATCH_WRITES = "batch-writes"
+"""The ``query`` label of every batch write (``twopc.write_batch``): each write has a query
+id of its own, derived from its key, and one label value per write would grow without
+bound."""
+
+
 def common_labels(metrics: BatchMetrics) -> dict[str, str]:
-    return {"sink": metrics.sink_id, "query": metrics.query_id, "backend": metrics.backend}
+    """``sink``, ``query`` and ``backend``: the streaming query's id, or
+    :data:`BATCH_WRITES` for every batch write of the sink."""
+    query = BATCH_WRITES if metrics.write_id is not None else metrics.query_id
+    return {"sink": metrics.sink_id, "query": query, "backend": metrics.backend}
 
 
 def prometheus_name(instrument: Instrument) -> str:

@@ -4,9 +4,11 @@ extra)."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from twopc._metrics import BatchMetrics
+from twopc.errors import ConfigurationError
 from twopc.metrics._catalog import (
     CATALOG,
     COMMON_LABELS,
@@ -38,30 +40,69 @@ class PrometheusExporter:
     every writer: the labels tell sinks and queries apart (a second exporter on the same
     registry is refused by ``prometheus_client`` as a duplicate).
 
+    Every label has a bounded set of values: ``query`` is the streaming query's id, or
+    ``batch-writes`` for all of a sink's batch writes, and only the ``queries_per_sink``
+    queries of a sink that reported last keep their series (a process that starts query
+    after query, e.g. on new checkpoints, would otherwise keep every old one forever).
+
     Raises:
+        ConfigurationError: ``queries_per_sink`` is not a whole number of at least 1.
         ExtraNotInstalledError: ``prometheus-client`` is missing (``pip install
             "twopc[prometheus]"``).
     """
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: Any = None, *, queries_per_sink: int = 10) -> None:
+        if isinstance(queries_per_sink, bool) or not isinstance(queries_per_sink, int):
+            raise ConfigurationError(
+                f"queries_per_sink takes a whole number, not {queries_per_sink!r}"
+            )
+        if queries_per_sink < 1:
+            raise ConfigurationError(f"queries_per_sink must be at least 1, not {queries_per_sink}")
         client = _client()
         self.registry = registry if registry is not None else client.REGISTRY
+        self.queries_per_sink = queries_per_sink
         self._collectors = [(spec, _create(client, spec, self.registry)) for spec in CATALOG]
+        self._series: dict[str, OrderedDict[str, set[_Series]]] = {}
+        self._lock = threading.Lock()
 
     def __reduce__(self) -> Any:
         raise not_shippable(type(self).__name__)
 
     def __call__(self, metrics: BatchMetrics) -> None:
         common = common_labels(metrics)
-        for spec, collector in self._collectors:
-            for labels, value in spec.read(metrics):
-                child = collector.labels(**common, **labels)
-                if spec.kind is Kind.COUNTER:
-                    child.inc(value)
-                elif spec.kind is Kind.HISTOGRAM:
-                    child.observe(value)
-                else:
-                    child.set(value)
+        with self._lock:
+            series = self._series_of(common["sink"], common["query"])
+            for spec, collector in self._collectors:
+                for labels, value in spec.read(metrics):
+                    values = {**common, **labels}
+                    names = (*COMMON_LABELS, *spec.labels)
+                    series.add((collector, tuple(values[name] for name in names)))
+                    child = collector.labels(**values)
+                    if spec.kind is Kind.COUNTER:
+                        child.inc(value)
+                    elif spec.kind is Kind.HISTOGRAM:
+                        child.observe(value)
+                    else:
+                        child.set(value)
+
+    def _series_of(self, sink: str, query: str) -> set[_Series]:
+        """The series of one query of one sink. Beyond ``queries_per_sink``, the sink's
+        query that reported least recently is forgotten (its series removed), so that a
+        process that starts query after query keeps a bounded set of series."""
+        queries = self._series.setdefault(sink, OrderedDict())
+        if query in queries:
+            queries.move_to_end(query)
+            return queries[query]
+        while len(queries) >= self.queries_per_sink:
+            _, gone = queries.popitem(last=False)
+            for collector, values in gone:
+                collector.remove(*values)
+        queries[query] = set()
+        return queries[query]
+
+
+_Series = tuple[Any, tuple[str, ...]]
+"""A collector and the label values of one of its series, in its label order."""
 
 
 def _create(client: Any, spec: Instrument, registry: Any) -> Any:
