@@ -368,11 +368,11 @@ class Coordinator:
             self.faults,
             self.retry,
             self._publisher.for_task(source_offsets, query_id, batch_id),
-            concurrent_attempts=bool(getattr(engine, "concurrent_attempts", lambda: False)()),
+            concurrent_attempts=engine.concurrent_attempts(),
         )
         try:
             reports = engine.run_phase1(task)
-            committables = self._collect(reports, query_id, batch_id)
+            committables = self._collect(reports, query_id, batch_id, engine.partitions_run())
         except BaseException as exc:
             self._abort_batch(query_id, batch_id)
             if isinstance(exc, BatchFailedError):
@@ -520,15 +520,13 @@ class Coordinator:
         logged, never raised (the batch is committed), and the next batch recovers first.
         """
         retried = sorted({r.partition for r in reports if r.attempt > 0})
-        speculative = bool(getattr(engine, "duplicate_attempts_possible", lambda: False)())
+        speculative = engine.duplicate_attempts_possible()
         if not retried and not speculative:
             return 0, 0
         if speculative:
             # another run of a partition may still be finishing: the next batch looks again
             self._recovered = False
-            wait = getattr(engine, "wait_for_stragglers", None)
-            if wait is not None and wait(_STRAGGLER_WAIT_SECONDS) is False:
-                self._recovered = False  # a loser still runs: the next batch looks again
+            engine.wait_for_stragglers(_STRAGGLER_WAIT_SECONDS)
         aborted = 0
         try:
             if self._driver is not None:
@@ -579,8 +577,17 @@ class Coordinator:
         return metrics
 
     def _collect(
-        self, reports: Sequence[TaskReport], query_id: str, batch_id: int
+        self,
+        reports: Sequence[TaskReport],
+        query_id: str,
+        batch_id: int,
+        partitions_run: int | None,
     ) -> list[Committable]:
+        """The batch's committables, one per partition, or :class:`BatchFailedError`:
+        a partition that rejected its data, a report missing, a committable of another
+        batch. ``partitions_run``: how many partitions the engine ran (it knows that apart
+        from the reports, so a lost last report is caught too); ``None`` where it cannot
+        tell (``format("twopc")``: Spark hands its commit one message per task it ran)."""
         by_partition: dict[int, TaskReport] = {}
         for report in reports:
             by_partition.setdefault(report.partition, report)
@@ -595,13 +602,18 @@ class Coordinator:
                 batch_id=batch_id,
                 partition=first.partition,
             ) from cause
-        expected = set(range(len(by_partition)))
+        count = len(by_partition) if partitions_run is None else partitions_run
+        expected = set(range(count))
         if set(by_partition) != expected:
+            missing = sorted(expected - set(by_partition))
             raise BatchFailedError(
-                f"phase 1 reported partitions {sorted(by_partition)}, "
-                f"expected 0..{len(expected) - 1}",
+                f"phase 1 ran {count} partition(s) but reported partitions "
+                f"{_ranges(sorted(by_partition))}"
+                + (f": no report of partition(s) {_ranges(missing)}" if missing else "")
+                + f" ({_WHAT_STAYS[self.path]})",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
+                partition=missing[0] if missing else None,
             )
         committables: list[Committable] = []
         for partition in sorted(by_partition):
@@ -745,7 +757,9 @@ class Coordinator:
             )
         run = self._record_reported_run(query_id, batch_id, state, len(reports), input_fingerprint)
         try:
-            committables = self._collect(present, query_id, batch_id)
+            # Spark's commit gets one message per task it ran, so len(reports) is Spark's
+            # own count of the batch's partitions (a failed task's message is None)
+            committables = self._collect(present, query_id, batch_id, len(reports))
         except BaseException:
             self._abort_batch(query_id, batch_id)
             raise
@@ -912,13 +926,26 @@ def metrics_with_progress(metrics: BatchMetrics, published: Published) -> BatchM
     )
 
 
+def _ranges(numbers: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0..2, 5`` (a batch may have thousands of partitions)."""
+    if not numbers:
+        return "none"
+    parts: list[str] = []
+    start = previous = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == previous + 1:
+            previous = number
+            continue
+        parts.append(str(start) if start == previous else f"{start}..{previous}")
+        if number is not None:
+            start = previous = number
+    return ", ".join(parts)
+
+
 def _partition_count(engine: BatchEngine) -> int:
     """Partitions the engine will run, if it can tell before phase 1; 0 when unknown."""
-    count = getattr(engine, "partition_count", None)
-    if count is None:
-        return 0
     try:
-        value = count()
+        value = engine.partition_count()
     except Exception:
         _log.debug("the engine could not tell its partition count", exc_info=True)
         return 0

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from twopc._boundary import leaving_sink, leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
-from twopc._phase1 import Phase1Task
+from twopc._phase1 import BatchEngine, Phase1Task
 from twopc._reports import TaskOutcome, TaskReport
 from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
@@ -179,12 +179,17 @@ class _JobTracker:
         info = self._java.getStageInfo(stage)
         return int(info.numActiveTasks()) if info is not None else 0
 
+    def tasks(self, stage: int) -> int | None:
+        """How many tasks (partitions) the stage has; ``None`` for a stage Spark forgot."""
+        info = self._java.getStageInfo(stage)
+        return int(info.numTasks()) if info is not None else None
+
     def _ints(self, array: Any) -> list[int]:
         text = str(self._arrays.toString(array)).strip("[]")
         return [int(x) for x in text.split(",") if x.strip()]
 
 
-class _SparkEngine:
+class _SparkEngine(BatchEngine):
     """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``.
 
     Over Spark Connect there is no status tracker: stage re-attempts and speculative
@@ -205,6 +210,8 @@ class _SparkEngine:
         self._jobs: set[int] | None = set()
         """Phase 1's Spark jobs; ``None`` when they could not be told."""
         self._tracker = tracker or _JobTracker.of(df.sparkSession)
+        self._partitions_run: int | None = None
+        """How many tasks phase 1's result stage ran (``None``: not known)."""
 
     def partition_count(self) -> int | None:
         """Partitions phase 1 will run, known before anything runs: the physical plan's
@@ -288,7 +295,26 @@ class _SparkEngine:
             yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
 
         rows = self._tracked(lambda: self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect())
+        self._partitions_run = self._result_stage_tasks()
         return [TaskReport.loads(row["report"]) for row in rows]
+
+    def partitions_run(self) -> int | None:
+        """The tasks of phase 1's result stage, as Spark's status tracker counts them:
+        each one returns one report. ``None`` over Spark Connect (no status tracker) and for
+        the Spark write path (its reports are the sink's, made of the job's output)."""
+        return self._partitions_run
+
+    def _result_stage_tasks(self) -> int | None:
+        tracker, jobs = self._tracker, self._jobs
+        if tracker is None or not jobs:
+            return None
+        try:
+            stages = tracker.stages(jobs)
+            # the result stage is created last: the highest id of the action's stages
+            return tracker.tasks(max(stages)) if stages else None
+        except Exception:
+            _log.debug("cannot read the task count of phase 1's result stage", exc_info=True)
+            return None
 
     def _tracked(self, action: Callable[[], T], what: str = "the Spark job failed") -> T:
         """Run one Spark action of phase 1, remembering its jobs (for the stage attempts

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from twopc._checkpoint import input_fingerprint
 from twopc._metrics import BatchMetrics
-from twopc._phase1 import Phase1Task
+from twopc._phase1 import BatchEngine, Phase1Task
 from twopc._reports import TaskReport
 from twopc._retry import RetryPolicy
 from twopc._writer import BatchWriter, MetricsCallback
@@ -44,7 +44,7 @@ __all__ = ["LocalBatchWriter", "LocalEngine", "LocalStream", "foreach_batch"]
 _CHUNK_ROWS = 10_000
 
 
-class LocalEngine:
+class LocalEngine(BatchEngine):
     """Runs phase 1 over in-memory partitions, one child process per task.
 
     Args:
@@ -94,6 +94,10 @@ class LocalEngine:
         """In-memory partitions need no evaluation."""
 
     def partition_count(self) -> int:
+        return len(self.partitions)
+
+    def partitions_run(self) -> int:
+        """Every partition it holds runs, each to one report."""
         return len(self.partitions)
 
     def _run_attempts(
