@@ -541,8 +541,10 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
             self.begin(conn, None if skip else xid)
         except Exception as exc:
             _close_quietly(conn)
-            if isinstance(exc, SinkError):
-                raise  # a hook's own error (server cannot prepare, recovery query failed)
+            if isinstance(exc, SinkError | ConfigurationError):
+                # a hook's own error (server cannot prepare, recovery query failed, a marker
+                # table of an earlier version the sink's user may not migrate)
+                raise
             raise self._error(exc, f"cannot start a transaction on {self.describe()}") from exc
         if skip:
             _log.info(

@@ -3,16 +3,17 @@
 Rows are bulk-loaded with ``LOAD DATA LOCAL INFILE`` from a CSV file pyarrow writes (no
 Python object per value); ``LOCAL`` turns data errors into warnings, so every load reads
 ``SHOW WARNINGS`` and fails the batch on any warning. Upserts and deletes load into a
-permanent staging table (DDL would end an XA transaction, so it is created beforehand, and
-each transaction's rows carry its id), then ``INSERT ... SELECT`` the last row per key
-(``ROW_NUMBER()``) ``ON DUPLICATE KEY UPDATE``: MariaDB's ``VALUES(col)`` form, or MySQL's
-reference to the derived table. Identifiers are quoted with backticks (doubled inside).
+permanent staging table (DDL would end an XA transaction, so it is created beforehand, one
+per task attempt, named by a hash of the attempt), then ``INSERT ... SELECT`` the last row
+per key (``ROW_NUMBER()``) ``ON DUPLICATE KEY UPDATE``: MariaDB's ``VALUES(col)`` form, or
+MySQL's reference to the derived table. Identifiers are quoted with backticks (doubled inside).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -51,6 +52,8 @@ from twopc_jdbc._values import NumericColumn
 
 __all__ = ["MySQLSink", "quote_identifier"]
 
+_log = logging.getLogger("twopc.jdbc")
+
 _STAGING_PREFIX = "twopc_stage_"
 
 # client errors (can't connect, server gone, lost connection), lock wait timeout, deadlock,
@@ -60,6 +63,12 @@ _STAGING_PREFIX = "twopc_stage_"
 _TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927, 1440})
 _XAER_NOTA = 1397
 _DUPLICATE_COLUMN = 1060
+# access denied: to a database (1044), a table (1142), a column (1143), or a privilege the
+# statement needs (1227)
+_ACCESS_DENIED = frozenset({1044, 1142, 1143, 1227})
+_NARROW_ATTEMPT = ("tinyint", "smallint", "mediumint", "int")
+"""Types of a marker table's ``attempt`` column (``information_schema``) that cannot hold
+Spark's task attempt ids: ``INT`` is what twopc 0.2 and earlier created."""
 _SCALED_TYPES = ("decimal", "numeric")
 _INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint")
 _CSV_OPTIONS = pacsv.WriteOptions(
@@ -231,14 +240,22 @@ class MySQLSink(SqlSink):
     # -- markers and transactions -----------------------------------------------------------
 
     def ensure_marker_table(self, conn: Any) -> None:
+        # Runs before the task's transaction begins (DDL would end it, and is refused
+        # inside XA). Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege
+        # even when the table exists.
         with conn.cursor() as cursor:
-            cursor.execute(
-                f"CREATE TABLE IF NOT EXISTS {_table(self.options.marker_table)} ("
-                "sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
-                "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt INT NOT NULL, "
-                "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-                "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
-            )
+            found = self._marker_attempt(cursor)
+            if found is None:
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_table(self.options.marker_table)} ("
+                    "sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
+                    "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, "
+                    "attempt BIGINT NOT NULL, "
+                    "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+                    "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
+                )
+            elif found[1] in _NARROW_ATTEMPT:
+                self._widen_attempt(*found)
             if self.two_phase:
                 try:
                     cursor.execute("XA RECOVER")
@@ -250,6 +267,70 @@ class MySQLSink(SqlSink):
                         f"({_message(exc)}); grant XA_RECOVER_ADMIN (MySQL 8) or use "
                         "transaction_mode='transaction'"
                     ) from exc
+
+    def _marker_attempt(self, cursor: Any) -> tuple[str, str] | None:
+        """The marker table's database and the type of its ``attempt`` column, from
+        ``information_schema``; None if the table (or the column) is not there."""
+        marker = self.options.marker_table
+        cursor.execute(
+            "SELECT table_schema, data_type FROM information_schema.columns WHERE "
+            "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
+            "AND column_name = 'attempt'",
+            (marker.schema, marker.name),
+        )
+        row = cursor.fetchone()
+        return None if row is None else (str(row[0]), str(row[1]).lower())
+
+    def _widen_attempt(self, database: str, narrow: str) -> None:
+        """Migrate a marker table of an earlier version, whose ``attempt`` column is 32-bit,
+        to ``BIGINT`` (Spark's task attempt ids are longs). On a connection of its own, in
+        autocommit: the DDL commits implicitly, and must not end the task's transaction
+        (MariaDB ends an XA transaction on DDL). Runs once: under ``GET_LOCK`` the catalog
+        is read again, so of tasks racing here one alters the table and the others find
+        it done. Without the ALTER privilege, a :class:`ConfigurationError` gives the
+        statement to run by hand."""
+        marker = self.options.marker_table
+        column = quote_identifier("attempt")
+        lock = evolution_lock_name(self.settings.database, marker)
+        wait = max(1, int(self.options.lock_timeout_seconds))
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                # MariaDB waits a year for a metadata lock by default
+                cursor.execute("SET SESSION lock_wait_timeout = %s", (wait,))
+                cursor.execute("SELECT GET_LOCK(%s, %s)", (lock.text, wait))
+                row = cursor.fetchone()
+                if not row or row[0] != 1:
+                    raise TransientSinkError(
+                        f"widening the attempt column of the marker table {marker}: another "
+                        f"task held its lock for more than {wait} s"
+                    )
+                now = self._marker_attempt(cursor)
+                if now is None or now[1] not in _NARROW_ATTEMPT:
+                    return  # another task migrated it meanwhile
+                try:
+                    cursor.execute(f"ALTER TABLE {_table(marker)} MODIFY {column} BIGINT NOT NULL")
+                except pymysql.MySQLError as exc:
+                    if _code(exc) not in _ACCESS_DENIED:
+                        raise self._error(
+                            exc,
+                            f"cannot widen the attempt column of the marker table {marker} "
+                            "to BIGINT",
+                        ) from exc
+                    scrub(exc, self.settings.secrets())
+                    where = TableName(marker.name, database)
+                    raise ConfigurationError(
+                        f"the marker table {where} was created by twopc 0.2 or earlier: its "
+                        f"attempt column is {narrow.upper()}, and Spark's task attempt ids are "
+                        "longs (they pass 2**31 in a long-running application). The sink "
+                        "widens the column to BIGINT on first use, but its user may not alter "
+                        f"the table: {_message(exc)}. Have a user with the ALTER privilege "
+                        f"on it run: ALTER TABLE {_table(where)} MODIFY {column} BIGINT "
+                        "NOT NULL;"
+                    ) from exc
+        finally:
+            _close_quietly(conn)  # releases the lock
+        _log.info("marker table %s: widened the attempt column to BIGINT", marker)
 
     def marker_exists(self, conn: Any, key: MarkerKey) -> bool:
         with conn.cursor() as cursor:

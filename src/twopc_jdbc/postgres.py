@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -45,6 +46,8 @@ from twopc_jdbc._secrets import scrub
 from twopc_jdbc._values import NumericColumn
 
 __all__ = ["PostgresSink"]
+
+_log = logging.getLogger("twopc.jdbc")
 
 # sqlstate classes that retrying will not fix: authorization, unknown database
 _PERMANENT_OPERATIONAL = ("28", "3D")
@@ -104,6 +107,18 @@ _CONVERSION = "conversion table"
 into before ``INSERT ... SELECT`` moves the rows into the target."""
 _VARHDRSZ = 4
 """What ``atttypmod`` of a ``numeric(p,s)`` column adds to ``(p << 16) | s``."""
+_NARROW_ATTEMPT = ("smallint", "integer")
+"""Types of a marker table's ``attempt`` column (``information_schema``) that cannot hold
+Spark's task attempt ids: ``integer`` is what twopc 0.2 and earlier created."""
+_MARKER_ATTEMPT = (
+    "SELECT n.nspname, c.data_type FROM pg_class r "
+    "JOIN pg_namespace n ON n.oid = r.relnamespace "
+    "LEFT JOIN information_schema.columns c ON c.table_schema = n.nspname "
+    "AND c.table_name = r.relname AND c.column_name = 'attempt' "
+    "WHERE r.oid = to_regclass(%s)"
+)
+"""The marker table's schema and the type of its ``attempt`` column; no row if the table
+does not exist (``to_regclass`` finds it the way the sink's statements do)."""
 
 
 def _zone_kind(arrow_type: pa.DataType) -> str | None:
@@ -264,17 +279,19 @@ class PostgresSink(SqlSink):
         marker = self._ident(self.options.marker_table)
         # Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the schema
         # even when the table exists, and writers often lack it.
-        found = conn.execute("SELECT to_regclass(%s)", (marker.as_string(conn),)).fetchone()[0]
+        found = self._marker_attempt(conn)
         if found is None:
             statement = sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
                 "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
-                "attempt integer NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+                "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
                 "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
             ).format(marker)
             # another task may create it at the same moment
             with contextlib.suppress(*_ALREADY_CREATED):
                 conn.execute(statement)
+        elif found[1] in _NARROW_ATTEMPT:
+            self._widen_attempt(conn, *found)
         if self.two_phase:
             value = conn.execute("SHOW max_prepared_transactions").fetchone()[0]
             if int(value) == 0:
@@ -283,6 +300,51 @@ class PostgresSink(SqlSink):
                     "has max_prepared_transactions = 0; set it above 0 (e.g. 64) and restart "
                     "PostgreSQL, or use transaction_mode='transaction'"
                 )
+
+    def _marker_attempt(self, conn: Any) -> tuple[str, str | None] | None:
+        """Where the marker table is (the schema the connection's ``search_path`` finds it
+        in) and the type of its ``attempt`` column, from the catalog; None if it does not
+        exist."""
+        regclass = self._ident(self.options.marker_table).as_string(conn)
+        row = conn.execute(_MARKER_ATTEMPT, (regclass,)).fetchone()
+        if row is None:
+            return None
+        return str(row[0]), None if row[1] is None else str(row[1])
+
+    def _widen_attempt(self, conn: Any, schema: str, narrow: str | None) -> None:
+        """Migrate a marker table of an earlier version, whose ``attempt`` column is 32-bit,
+        to ``bigint`` (Spark's task attempt ids are longs). Runs once: under an advisory
+        lock the catalog is read again, so of tasks racing here one alters the table and
+        the others find it done. ``ALTER TABLE`` needs to own the table: without that, a
+        :class:`ConfigurationError` gives the statement to run by hand."""
+        table = self.options.marker_table
+        alter = sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE bigint")
+        lock = evolution_lock_name(self.settings.database, table)
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
+                )
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
+                now = self._marker_attempt(conn)
+                if now is None or now[1] not in _NARROW_ATTEMPT:
+                    return  # another task migrated it meanwhile
+                conn.execute(alter.format(self._ident(table), sql.Identifier("attempt")))
+        except pgerrors.InsufficientPrivilege as exc:
+            where = TableName(table.name, schema)
+            statement = alter.format(self._ident(where), sql.Identifier("attempt"))
+            raise ConfigurationError(
+                f"the marker table {where} was created by twopc 0.2 or earlier: its attempt "
+                f"column is {narrow}, and Spark's task attempt ids are longs (they pass 2**31 "
+                "in a long-running application). The sink widens the column to bigint on "
+                f"first use, but its user may not alter the table: {_first_line(exc)}. Have "
+                f"the table's owner run: {statement.as_string(conn)};"
+            ) from exc
+        except psycopg.Error as exc:
+            raise self._error(
+                exc, f"cannot widen the attempt column of the marker table {table} to bigint"
+            ) from exc
+        _log.info("marker table %s: widened the attempt column to bigint", table)
 
     def marker_exists(self, conn: Any, key: MarkerKey) -> bool:
         row = conn.execute(
