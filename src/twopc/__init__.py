@@ -87,7 +87,9 @@ from twopc.protocol import (
     SparkWrite,
     TargetMarker,
     TaskContext,
+    TracksWriters,
     WorkKind,
+    WriterRecord,
     WritesWithSpark,
 )
 
@@ -144,10 +146,12 @@ __all__ = [
     "TargetMarker",
     "TaskContext",
     "TaskMetrics",
+    "TracksWriters",
     "TransientSinkError",
     "TwoPCError",
     "UnsupportedFormatError",
     "WorkKind",
+    "WriterRecord",
     "WriterStatus",
     "WritesWithSpark",
     "__version__",

@@ -23,7 +23,7 @@ from twopc._retry import RetryPolicy
 from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressReporter, SourceOffsets
-from twopc.protocol import Sink
+from twopc.protocol import Sink, TracksWriters, WriterRecord
 from twopc.storage import join
 
 __all__ = ["BatchWriter", "MetricsCallback", "resolve_commit_log", "validate_sink_id"]
@@ -34,6 +34,21 @@ _log = logging.getLogger("twopc")
 @functools.lru_cache(maxsize=4)
 def _pid_start(pid: int) -> str | None:
     return process_start(pid)
+
+
+def _as_heartbeat(record: WriterRecord) -> Heartbeat:
+    """A target's writer record judged as a liveness record is (host, process, age)."""
+    return Heartbeat(
+        sink_id=record.sink_id,
+        query_id=record.query_id,
+        host=record.host,
+        pid=record.pid,
+        started_at=record.updated_at,
+        updated_at=record.updated_at,
+        batch_id=-1,
+        state=HeartbeatState.UNKNOWN,
+        process_start=record.process_start,
+    )
 
 
 def _own_start() -> str | None:
@@ -174,36 +189,75 @@ class BatchWriter:
             )
 
     def _refuse_a_second_writer(self, log: CommitLog, query_id: str, batch_id: int) -> None:
-        """Refuse to write while another query writes this sink id with this commit log
-        (two checkpoints, one sink id and one log: the files sink's log next to its data, or
-        one ``commit_log=`` given to both). Their batch ids would interleave in one output;
-        the docs forbid it. Judged by the other query's liveness record, when this writer
-        meets a query id first. A record of this very process may belong to a query stopped
-        in the same session, which cannot be told apart from a running one: only logged."""
-        for other in log.heartbeats():
-            if other.sink_id != self.sink_id or other.query_id == query_id:
-                continue
+        """Refuse to write while another query writes this sink id: two checkpoints whose
+        batch ids would interleave in one output (the docs forbid it). Judged, when this
+        writer meets a query id first, by the other query's liveness record in the commit
+        log (shared by both: the files sink's log next to its data, or one ``commit_log=``
+        given to both) and, for a :class:`~twopc.TracksWriters` sink, by the record the
+        target keeps. A record of this very process may belong to a query stopped in the
+        same session, which cannot be told apart from a running one: only logged."""
+        for other, where in self._other_writers(log, query_id):
             liveness = other.assess()
             if not liveness.running:
                 continue
             if other.host == this_host() and other.pid == os.getpid():
                 _log.warning(
-                    "twopc sink=%s: query %s of this process also wrote this sink id (its "
-                    "record says batch %d); if it still runs, stop one of them",
+                    "twopc sink=%s: query %s of this process also wrote this sink id; if it "
+                    "still runs, stop one of them",
                     self.sink_id,
                     other.query_id,
-                    other.batch_id,
                 )
                 continue
             raise ConfigurationError(
                 f"another query writes sink id {self.sink_id!r} right now: query "
-                f"{other.query_id} on {other.host} (pid {other.pid}, batch {other.batch_id}; "
-                f"{liveness.reason}), recorded in the commit log {log.url}. Two queries "
-                "(two checkpoints) must not write one sink id: stop the other query, or give "
-                "this one its own sink_id. If the other query is stopped, its record is "
-                "stale: see 'Is the query running?' in docs/operations.md",
+                f"{other.query_id} on {other.host} (pid {other.pid}; {liveness.reason}), "
+                f"recorded in {where}. Two queries (two checkpoints) must not write one "
+                "sink id: stop the other query, or give this one its own sink_id. If the "
+                "other query is stopped, its record is stale: see 'Is the query running?' "
+                "in docs/operations.md",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
+            )
+
+    def _other_writers(self, log: CommitLog, query_id: str) -> list[tuple[Heartbeat, str]]:
+        """Records of other queries of this sink id: the commit log's liveness records and
+        the target's writer records, each with where it was found."""
+        found = [
+            (h, f"the commit log {log.url}")
+            for h in log.heartbeats()
+            if h.sink_id == self.sink_id and h.query_id != query_id
+        ]
+        if isinstance(self.sink, TracksWriters):
+            try:
+                records = self.sink.writers(self.sink_id)
+            except Exception:
+                _log.warning(
+                    "twopc sink=%s: reading the target's writer records failed",
+                    self.sink_id,
+                    exc_info=True,
+                )
+                records = []
+            found += [
+                (_as_heartbeat(r), f"the target ({self.sink.describe()})")
+                for r in records
+                if r.sink_id == self.sink_id and r.query_id != query_id
+            ]
+        return found
+
+    def _record_writer(self, query_id: str) -> None:
+        """Best effort, like the liveness record: the target's record of this writer."""
+        if not isinstance(self.sink, TracksWriters):
+            return
+        record = WriterRecord(
+            self.sink_id, query_id, this_host(), os.getpid(), time.time(), _own_start()
+        )
+        try:
+            self.sink.record_writer(record)
+        except Exception:
+            _log.warning(
+                "twopc sink=%s: recording this writer in the target failed",
+                self.sink_id,
+                exc_info=True,
             )
 
     def close(self) -> None:
@@ -215,6 +269,8 @@ class BatchWriter:
         for query_id in sorted(self._queries):
             try:
                 self._coordinator.commit_log.remove_heartbeat(query_id)
+                if isinstance(self.sink, TracksWriters):
+                    self.sink.remove_writer(self.sink_id, query_id)
             except Exception:
                 _log.warning("twopc sink=%s: removing the liveness record failed", self.sink_id)
         self._queries.clear()
@@ -238,6 +294,7 @@ class BatchWriter:
             if query_id not in self._queries:
                 self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
         self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
+        self._record_writer(query_id)
         try:
             with leaving_twopc(self.sink_id, batch_id):
                 metrics = coordinator.run_batch(

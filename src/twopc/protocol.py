@@ -71,7 +71,9 @@ __all__ = [
     "SparkWrite",
     "TargetMarker",
     "TaskContext",
+    "TracksWriters",
     "WorkKind",
+    "WriterRecord",
     "WritesWithSpark",
 ]
 
@@ -716,3 +718,46 @@ class WritesWithSpark(ABC):
         partition and ``ctx.attempt``. When this returns, committing them must succeed
         from any process (:meth:`Sink.pre_commit`'s promise); if the driver dies before,
         what is left must be found by ``recover`` (prepared, then aborted) or ``sweep``."""
+
+
+@dataclass(frozen=True)
+class WriterRecord:
+    """A query that writes a sink id, as the target keeps it (:class:`TracksWriters`): its
+    host and process (with the process's start time, so a reused pid is not taken for it)
+    and when it last wrote a batch (seconds since the epoch)."""
+
+    sink_id: str
+    query_id: str
+    host: str
+    pid: int
+    updated_at: float
+    process_start: str | None = None
+
+
+class TracksWriters(ABC):
+    """Optional role: the target keeps a record of the queries writing each sink id.
+
+    Two queries (two checkpoints) must not write one sink id at once. Where both use one
+    commit log (the files sink keeps it next to its data), the writers' liveness records
+    there tell; where each query keeps its log under its own checkpoint (the SQL sinks by
+    default), only the target can. The driver calls :meth:`record_writer` before each
+    batch, and at a query's first batch reads :meth:`writers`: a record of another query
+    of the sink id that still runs (its process alive on this host, or updated within
+    ``stale_after`` seconds from another host) makes the new query refuse to write,
+    naming the other. :meth:`remove_writer` is called when a writer closes cleanly.
+
+    All three run on the driver, outside any batch's transaction; they must be cheap (one
+    statement each) and must not raise for a missing registry (create it, or return no
+    records)."""
+
+    @abstractmethod
+    def record_writer(self, record: WriterRecord) -> None:
+        """Insert or replace the record of ``(record.sink_id, record.query_id)``."""
+
+    @abstractmethod
+    def writers(self, sink_id: str) -> list[WriterRecord]:
+        """Every record of ``sink_id``."""
+
+    @abstractmethod
+    def remove_writer(self, sink_id: str, query_id: str) -> None:
+        """Forget the record of ``(sink_id, query_id)`` (a clean stop)."""
