@@ -12,6 +12,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ from twopc.errors import TwoPCError
 from twopc.plugins import create_sink, registry
 from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
+from twopc.secrets import redact
 
 __all__ = ["add_ops_commands"]
 
@@ -229,18 +231,49 @@ def _open(args: argparse.Namespace) -> tuple[Sink[Any], str, CommitLog]:
     return sink, sink_id, CommitLog(url, storage_options)
 
 
+_SECRET_NAME = re.compile(
+    r"pass(word|wd)?|secret|token|credential|api[_.-]?key|access[_.-]?key|private[_.-]?key",
+    re.IGNORECASE,
+)
+
+
+def _secrets_in(options: Mapping[str, Any]) -> list[str]:
+    """The values of options (and of nested option mappings: ``connect_options``,
+    ``producer_config``, ``storage_options``) whose names say they are secrets."""
+    found: list[str] = []
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            found += _secrets_in(value)
+        elif isinstance(value, str) and _SECRET_NAME.search(str(key)):
+            found.append(value)
+    return found
+
+
+def _masked(text: str, args: argparse.Namespace) -> str:
+    """``text`` without any secret the options hold, nor the password of any URL: the
+    last guard before the command line prints a message (the backends mask their own)."""
+    try:
+        secrets = _secrets_in(sink_options(args))
+    except UsageError:
+        secrets = []
+    return redact(text, secrets)
+
+
 def _run(args: argparse.Namespace, action: Any) -> int:
     try:
         sink, sink_id, log = _open(args)
     except UsageError as exc:
-        print(f"twopc {args.command}: {exc}", file=sys.stderr)
+        print(f"twopc {args.command}: {_masked(str(exc), args)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return int(action(sink, sink_id, log))
     except Exception as exc:  # the target or the log could not be read
         # a client's bare timeout (concurrent.futures.TimeoutError) carries no message
         reason = str(exc) or "no answer in time (is the target stalled or unreachable?)"
-        print(f"twopc {args.command}: {type(exc).__name__}: {reason}", file=sys.stderr)
+        print(
+            f"twopc {args.command}: {type(exc).__name__}: {_masked(reason, args)}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 

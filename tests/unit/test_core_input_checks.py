@@ -181,3 +181,35 @@ def test_demo_without_pyspark_says_how_to_install_it(tmp_path: Path) -> None:
     assert 'pyspark: not installed; the Spark entry points need it: pip install "twopc[spark]"' in (
         plugins.stdout
     )
+
+
+# -- the command line masks secrets in whatever it prints ----------------------------------------
+
+
+@pytest.mark.parametrize("password", ["hunter2#x", "s3cr/t?pw", "p@ss:w%rd", "tok#en/42?"])
+def test_the_command_line_masks_option_secrets_and_url_passwords(
+    password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from twopc._ops_cli import _masked
+    from twopc.cli import build_parser
+
+    monkeypatch.setenv("TWOPC_TEST_SECRET", password)
+    args = build_parser().parse_args(
+        [
+            "status",
+            "kafka",
+            "--sink-id",
+            "s",
+            "--option-env",
+            "producer_config.sasl.password=TWOPC_TEST_SECRET",
+            "--option-json",
+            f"connect_options={json.dumps({'password': password})}",
+        ]
+    )
+    text = (
+        f"driver said: password={password} for postgresql://etl:{password}@db:5432/shop; "
+        f"sasl {password}"
+    )
+    masked = _masked(text, args)
+    assert password not in masked
+    assert "postgresql://etl:***@db:5432/shop" in masked
