@@ -22,7 +22,7 @@ from twopc._boundary import leaving_sink, leaving_twopc
 from twopc._checkpoint import input_fingerprint, query_id_of
 from twopc._phase1 import BatchEngine, Phase1Task
 from twopc._reports import TaskOutcome, TaskReport
-from twopc._retry import RetryPolicy
+from twopc._retry import RetryPolicy, wait_until
 from twopc._writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError, PermanentSinkError, SinkError
 from twopc.faults import FaultPlan
@@ -259,20 +259,21 @@ class _SparkEngine(BatchEngine):
         if tracker is None or self._jobs is None:
             return False
         stages = tracker.stages(self._jobs)
-        deadline = time.monotonic() + timeout
-        while True:
-            running = [stage for stage in stages if tracker.active_tasks(stage) > 0]
-            if not running:
-                return True
-            if time.monotonic() >= deadline:
-                _log.warning(
-                    "task attempts of stage(s) %s still run after %.0fs; cleaning up anyway "
-                    "(recovery at the next batch catches what they write later)",
-                    running,
-                    timeout,
-                )
-                return False
-            time.sleep(0.1)
+        running: list[int] = []
+
+        def ended() -> bool:
+            running[:] = [stage for stage in stages if tracker.active_tasks(stage) > 0]
+            return not running
+
+        if wait_until(ended, timeout=timeout):
+            return True
+        _log.warning(
+            "task attempts of stage(s) %s still run after %.0fs; cleaning up anyway "
+            "(recovery at the next batch catches what they write later)",
+            running,
+            timeout,
+        )
+        return False
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
         if self._spark_write is not None:

@@ -22,6 +22,7 @@ from twopc._commit_log import CommitLog, Decision
 from twopc._coordinator import Coordinator
 from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
 from twopc._paths import CommitPath
+from twopc._retry import wait_until
 from twopc._steps import QUIET, Steps, counted, counter
 from twopc.progress import GroupProgress, ProgressReporter, SourceOffsets
 from twopc.protocol import (
@@ -570,13 +571,16 @@ def recover_sink(
         after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
         return RecoveryReport(plan, performed=True, after=after, error=f"{exc}", forced=forced)
     after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
-    deadline = time.monotonic() + settle_seconds
-    while after.items and all(i.kind is ItemKind.OPEN for i in after.items):
-        if time.monotonic() >= deadline:
-            break
+
+    def settled() -> bool:
+        nonlocal after
+        if not after.items or not all(i.kind is ItemKind.OPEN for i in after.items):
+            return True
         steps.note("waiting for the target to finish aborting open transactions")
-        sleep(0.5)
         after = sink_status(sink, sink_id, commit_log, stale_after=stale_after, steps=steps)
+        return not after.items
+
+    wait_until(settled, timeout=settle_seconds, sleep=sleep)
     return RecoveryReport(
         plan,
         performed=True,
