@@ -59,6 +59,10 @@ def _own_start() -> str | None:
 
 MetricsCallback = Callable[[BatchMetrics], None]
 
+WRITER_RECORD_EVERY = 60.0
+"""Seconds between two records of a running writer in a :class:`~twopc.TracksWriters`
+target: well within the 300 s after which a record from another host counts as stopped."""
+
 _SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -130,6 +134,8 @@ class BatchWriter:
         self._coordinator: Coordinator | None = None
         self._started_at = time.time()
         self._queries: set[str] = set()
+        self._writer_recorded: dict[str, float] = {}
+        """When this writer last recorded itself in the target, per query (monotonic)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sink={self.sink.describe()!r}, sink_id={self.sink_id!r})"
@@ -236,6 +242,9 @@ class BatchWriter:
                     self.sink_id,
                     exc_info=True,
                 )
+                # a stalled target: recording this writer now would wait out its
+                # timeout a second time; the next batch records it
+                self._writer_recorded[query_id] = time.monotonic()
                 records = []
             found += [
                 (_as_heartbeat(r), f"the target ({self.sink.describe()})")
@@ -245,9 +254,17 @@ class BatchWriter:
         return found
 
     def _record_writer(self, query_id: str) -> None:
-        """Best effort, like the liveness record: the target's record of this writer."""
+        """Best effort, like the liveness record: the target's record of this writer, at a
+        query's first batch and then at most every :data:`WRITER_RECORD_EVERY` seconds (a
+        statement, often a connection, per batch would cost more than the rest of the
+        coordination; a record from another host counts as running for 300 s)."""
         if not isinstance(self.sink, TracksWriters):
             return
+        last = self._writer_recorded.get(query_id)
+        now = time.monotonic()
+        if last is not None and now - last < WRITER_RECORD_EVERY:
+            return
+        self._writer_recorded[query_id] = now
         record = WriterRecord(
             self.sink_id, query_id, this_host(), os.getpid(), time.time(), _own_start()
         )
@@ -274,6 +291,7 @@ class BatchWriter:
             except Exception:
                 _log.warning("twopc sink=%s: removing the liveness record failed", self.sink_id)
         self._queries.clear()
+        self._writer_recorded.clear()
 
     def run(
         self,

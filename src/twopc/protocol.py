@@ -740,8 +740,9 @@ class TracksWriters(ABC):
     Two queries (two checkpoints) must not write one sink id at once. Where both use one
     commit log (the files sink keeps it next to its data), the writers' liveness records
     there tell; where each query keeps its log under its own checkpoint (the SQL sinks by
-    default), only the target can. The driver calls :meth:`record_writer` before each
-    batch, and at a query's first batch reads :meth:`writers`: a record of another query
+    default), only the target can. The driver calls :meth:`record_writer` at a query's
+    first batch and then at most once a minute (before a batch), and at a query's first
+    batch reads :meth:`writers`: a record of another query
     of the sink id that still runs (its process alive on this host, or updated within
     ``stale_after`` seconds from another host) makes the new query refuse to write,
     naming the other. :meth:`remove_writer` is called when a writer closes cleanly.

@@ -23,6 +23,11 @@ return the class of the chosen mode: a subclass that also commits in the task fo
 
 Upserts and deletes go through a staging table so that duplicate keys inside a partition
 are resolved in SQL (last wins: by ``order_column``, then by input order).
+
+Next to the marker table, a registry of running writers (``<marker_table>_writers``, one
+row per sink id and query id) lets the driver refuse a second query of a sink id that
+writes at the same time (:class:`~twopc.TracksWriters`): two checkpoints keep two commit
+logs, so only the database can see both.
 """
 
 from __future__ import annotations
@@ -58,8 +63,10 @@ from twopc import (
     SinkError,
     TargetMarker,
     TaskContext,
+    TracksWriters,
     TransientSinkError,
     WorkKind,
+    WriterRecord,
 )
 from twopc_jdbc._evolution import TableColumn, new_columns
 from twopc_jdbc._options import (
@@ -84,6 +91,7 @@ __all__ = [
     "TransactionId",
     "attempt_lock_name",
     "evolution_lock_name",
+    "writer_table_name",
 ]
 
 _log = logging.getLogger("twopc.jdbc")
@@ -98,6 +106,8 @@ SEQ_COLUMN = "twopc_seq"
 """Input order of a staged row, for last-wins de-duplication."""
 _NUMERIC = "numeric columns"
 """``SqlTransaction.extra`` entry: the target's columns of limited scale (``_values``)."""
+WRITERS_SUFFIX = "_writers"
+"""The writer registry is the marker table's name with this suffix, in its schema."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -247,6 +257,23 @@ def evolution_lock_name(database: str | None, table: TableName) -> AttemptLock:
     return AttemptLock(f"twopc-evolve-{digest.hex()[:40]}", keys)
 
 
+def writer_table_name(marker: TableName, limit: int, measure: Callable[[str], int]) -> TableName:
+    """The writer registry of a marker table: ``<marker name>_writers`` in the marker
+    table's schema. A name longer than the database's identifier limit (``measure`` counts
+    as the database does: bytes or characters) keeps the start of the marker table's name,
+    followed by ``_`` and 8 hex digits of its SHA-256, then ``_writers``, so that the
+    database never cuts it (PostgreSQL would, silently, possibly to the marker table's own
+    name)."""
+    name = marker.name + WRITERS_SUFFIX
+    if measure(name) <= limit:
+        return TableName(name, marker.schema)
+    tail = "_" + hashlib.sha256(marker.name.encode()).hexdigest()[:8] + WRITERS_SUFFIX
+    head = marker.name
+    while head and measure(head + tail) > limit:
+        head = head[:-1]
+    return TableName(head + tail, marker.schema)
+
+
 @dataclass
 class SqlTransaction:
     """One task's open database transaction."""
@@ -266,12 +293,16 @@ class SqlTransaction:
         return MarkerKey(self.ctx.sink_id, self.ctx.query_id, self.ctx.batch_id, self.ctx.partition)
 
 
-class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
+class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters):
     """Base class of the SQL sinks; a backend implements the database-specific hooks.
 
     As constructed with ``transaction_mode="two_phase"`` the sink commits prepared branches
     on the driver; with ``transaction_mode="transaction"`` the constructor returns the
     backend's :attr:`in_task_class`, which commits in the task.
+
+    The driver records each query writing a sink id in the writer registry
+    (:attr:`writer_table`), one statement per batch on a short autocommit connection of its
+    own, outside any batch's transaction (DDL would end an XA transaction on MariaDB).
     """
 
     url_schemes: ClassVar[tuple[str, ...]] = ()
@@ -284,6 +315,8 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     """The largest ``lock_timeout_seconds`` the database's setting takes."""
     in_task_class: ClassVar[type[SqlSink] | None] = None
     """The backend's subclass for ``transaction`` mode (it adds :class:`CommitsInTask`)."""
+    max_identifier_length: ClassVar[int] = 63
+    """The longest identifier the database keeps, as :meth:`identifier_length` counts."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # The constructor picks the class of the mode. Unpickling calls __new__ without
@@ -343,6 +376,13 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                 "connect_options",
                 f"sets {clash}, which the {backend} sink manages itself" + _timeout_hint(clash),
             )
+        if self.writer_table == self.options.table:
+            raise option_error(
+                backend,
+                "table",
+                f"is {self.options.table}, the writer registry of marker_table "
+                f"{self.options.marker_table}; name another table or another marker_table",
+            )
         if isinstance(self, CommitsInTask) == (transaction_mode == "two_phase"):
             raise ConfigurationError(
                 f"{type(self).__name__} cannot run in transaction_mode={transaction_mode!r}; "
@@ -374,6 +414,18 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     @property
     def two_phase(self) -> bool:
         return self.options.transaction_mode == "two_phase"
+
+    @property
+    def writer_table(self) -> TableName:
+        """The registry of running writers: ``<marker_table>_writers``, same schema."""
+        return writer_table_name(
+            self.options.marker_table, self.max_identifier_length, self.identifier_length
+        )
+
+    @staticmethod
+    def identifier_length(name: str) -> int:
+        """An identifier's length as the database limits it (PostgreSQL: UTF-8 bytes)."""
+        return len(name.encode())
 
     # -- database hooks -------------------------------------------------------------------
 
@@ -512,6 +564,29 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
     def last_markers(self, sink_id: str) -> list[TargetMarker]:
         """Newest marker batch per (query, partition) of ``sink_id``; read-only, and empty
         when the marker table does not exist yet."""
+
+    @abstractmethod
+    def create_writer_table(self, conn: Any) -> None:
+        """``CREATE TABLE IF NOT EXISTS`` the writer registry on an autocommit connection;
+        another session creating it at the same moment is not an error."""
+
+    @abstractmethod
+    def upsert_writer(self, conn: Any, record: WriterRecord) -> None:
+        """Insert or replace the row of ``(record.sink_id, record.query_id)``: one
+        statement. Raises the driver's error for a missing table (:meth:`missing_table`)."""
+
+    @abstractmethod
+    def select_writers(self, conn: Any, sink_id: str) -> list[WriterRecord]:
+        """The rows of ``sink_id``, by query id; the driver's error for a missing table."""
+
+    @abstractmethod
+    def delete_writer(self, conn: Any, sink_id: str, query_id: str) -> None:
+        """Delete the row of ``(sink_id, query_id)``; the driver's error for a missing
+        table."""
+
+    @abstractmethod
+    def missing_table(self, exc: Exception) -> bool:
+        """Whether a driver error says the table (or its schema) does not exist."""
 
     # -- phase 1 --------------------------------------------------------------------------
 
@@ -952,6 +1027,70 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers):
                 "stays prepared. The marker rows show which partitions committed."
             )
         return Inspection(tuple(pending), tuple(self.last_markers(sink_id)), tuple(notes))
+
+    # -- the writer registry (TracksWriters) ---------------------------------------------
+
+    @masked
+    def record_writer(self, record: WriterRecord) -> None:
+        """Upsert this writer's row: one statement on a short autocommit connection (the
+        driver's, never a task's transaction). Creates the registry if it is missing."""
+        conn = self.connect(autocommit=True)
+        try:
+            try:
+                self.upsert_writer(conn, record)
+            except Exception as exc:
+                if not self.missing_table(exc):
+                    raise
+                self.create_writer_table(conn)
+                self.upsert_writer(conn, record)
+        except (SinkError, ConfigurationError):
+            raise
+        except Exception as exc:
+            raise self._error(
+                exc,
+                f"cannot record query {record.query_id} of sink id {record.sink_id!r} in "
+                f"the writer registry {self.writer_table} ({self.settings.describe()})",
+            ) from exc
+        finally:
+            _close_quietly(conn)
+
+    @masked
+    def writers(self, sink_id: str) -> list[WriterRecord]:
+        """The registry's rows of ``sink_id``; none while the registry does not exist (it
+        is not created here: reading needs no ``CREATE`` privilege)."""
+        conn = self.connect(autocommit=True)
+        try:
+            return self.select_writers(conn, sink_id)
+        except Exception as exc:
+            if self.missing_table(exc):
+                return []
+            if isinstance(exc, SinkError | ConfigurationError):
+                raise
+            raise self._error(
+                exc,
+                f"cannot read the writer registry {self.writer_table} ({self.settings.describe()})",
+            ) from exc
+        finally:
+            _close_quietly(conn)
+
+    @masked
+    def remove_writer(self, sink_id: str, query_id: str) -> None:
+        """Delete the row of a writer that stopped cleanly; nothing if there is none."""
+        conn = self.connect(autocommit=True)
+        try:
+            self.delete_writer(conn, sink_id, query_id)
+        except Exception as exc:
+            if self.missing_table(exc):
+                return
+            if isinstance(exc, SinkError | ConfigurationError):
+                raise
+            raise self._error(
+                exc,
+                f"cannot remove query {query_id} of sink id {sink_id!r} from the writer "
+                f"registry {self.writer_table} ({self.settings.describe()})",
+            ) from exc
+        finally:
+            _close_quietly(conn)
 
     def naming(self) -> dict[str, Any]:
         """The mode: a replay in the other mode cannot be skipped partition by partition."""

@@ -12,6 +12,7 @@ MySQL's reference to the derived table. Identifiers are quoted with backticks (d
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -33,6 +34,7 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
+    WriterRecord,
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
@@ -62,6 +64,9 @@ _STAGING_PREFIX = "twopc_stage_"
 # worker); the task's retry runs as a new attempt, under a new XID.
 _TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1053, 1927, 1440})
 _XAER_NOTA = 1397
+# no such table (1146), unknown database (1049)
+_MISSING_TABLE = frozenset({1146, 1049})
+_WRITER_COLUMNS = ("sink_id", "query_id", "host", "pid", "process_start", "updated_at")
 _DUPLICATE_COLUMN = 1060
 # access denied: to a database (1044), a table (1142), a column (1143), or a privilege the
 # statement needs (1227)
@@ -191,6 +196,11 @@ class MySQLSink(SqlSink):
         "database": ("database", "db"),
     }
     max_lock_timeout_seconds = 1_073_741_824.0  # innodb_lock_wait_timeout's maximum
+    max_identifier_length = 64  # characters
+
+    @staticmethod
+    def identifier_length(name: str) -> int:
+        return len(name)
 
     def connect(self, *, autocommit: bool) -> Any:
         settings = self.settings
@@ -436,6 +446,64 @@ class MySQLSink(SqlSink):
             if gtrid.startswith(prefix):
                 found.append(TransactionId(gtrid, bqual))
         return found
+
+    # -- the writer registry ----------------------------------------------------------------
+    # Each call runs on a connection of its own in autocommit (SqlSink.record_writer): never
+    # inside a task's XA transaction, which the CREATE TABLE would end on MariaDB.
+
+    def create_writer_table(self, conn: Any) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {_table(self.writer_table)} ("
+                "sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
+                "host VARCHAR(255) NOT NULL, pid BIGINT NOT NULL, "
+                "process_start VARCHAR(64) NULL, updated_at DATETIME(6) NOT NULL, "
+                "PRIMARY KEY (sink_id, query_id)) ENGINE=InnoDB"
+            )
+
+    def upsert_writer(self, conn: Any, record: WriterRecord) -> None:
+        # UTC without a zone: DATETIME is never shifted by a session's time_zone
+        updated = dt.datetime.fromtimestamp(record.updated_at, dt.UTC).replace(tzinfo=None)
+        changing = (record.host, record.pid, record.process_start, updated)
+        with conn.cursor() as cursor:
+            # the new values as parameters again: VALUES(col) is deprecated on MySQL 8,
+            # and MariaDB has no row alias (INSERT ... AS new)
+            cursor.execute(
+                f"INSERT INTO {_table(self.writer_table)} ({_columns(_WRITER_COLUMNS)}) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE host = %s, "
+                "pid = %s, process_start = %s, updated_at = %s",
+                (record.sink_id, record.query_id, *changing, *changing),
+            )
+
+    def select_writers(self, conn: Any, sink_id: str) -> list[WriterRecord]:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_columns(_WRITER_COLUMNS)} FROM {_table(self.writer_table)} "
+                "WHERE sink_id = %s ORDER BY query_id",
+                (sink_id,),
+            )
+            rows = cursor.fetchall()
+        return [
+            WriterRecord(
+                sink_id=str(s),
+                query_id=str(q),
+                host=str(h),
+                pid=int(p),
+                updated_at=u.replace(tzinfo=dt.UTC).timestamp(),
+                process_start=None if start is None else str(start),
+            )
+            for s, q, h, p, start, u in rows
+        ]
+
+    def delete_writer(self, conn: Any, sink_id: str, query_id: str) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {_table(self.writer_table)} WHERE sink_id = %s AND query_id = %s",
+                (sink_id, query_id),
+            )
+
+    def missing_table(self, exc: Exception) -> bool:
+        return isinstance(exc, pymysql.MySQLError) and _code(exc) in _MISSING_TABLE
 
     # -- tables ---------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ quoted with ``psycopg.sql.Identifier``; values travel as parameters or through `
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from twopc import (
     SinkError,
     TargetMarker,
     TransientSinkError,
+    WriterRecord,
 )
 from twopc_jdbc._base import (
     SEQ_COLUMN,
@@ -119,6 +121,11 @@ _MARKER_ATTEMPT = (
 )
 """The marker table's schema and the type of its ``attempt`` column; no row if the table
 does not exist (``to_regclass`` finds it the way the sink's statements do)."""
+
+
+_WRITER_COLUMNS = ("sink_id", "query_id", "host", "pid", "process_start", "updated_at")
+_MISSING = (pgerrors.UndefinedTable, pgerrors.InvalidSchemaName)
+"""What a statement on a table that does not exist (or whose schema does not) raises."""
 
 
 def _zone_kind(arrow_type: pa.DataType) -> str | None:
@@ -456,6 +463,65 @@ class PostgresSink(SqlSink):
         finally:
             _close_quietly(conn)
         return [TargetMarker(str(q), int(p), int(b)) for q, p, b in rows]
+
+    # -- the writer registry ----------------------------------------------------------------
+
+    def create_writer_table(self, conn: Any) -> None:
+        statement = sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
+            "host text NOT NULL, pid bigint NOT NULL, process_start text, "
+            "updated_at timestamptz NOT NULL, PRIMARY KEY (sink_id, query_id))"
+        ).format(self._ident(self.writer_table))
+        with contextlib.suppress(*_ALREADY_CREATED):  # another driver at the same moment
+            conn.execute(statement)
+
+    def upsert_writer(self, conn: Any, record: WriterRecord) -> None:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} ({}) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (sink_id, query_id) DO UPDATE SET host = EXCLUDED.host, "
+                "pid = EXCLUDED.pid, process_start = EXCLUDED.process_start, "
+                "updated_at = EXCLUDED.updated_at"
+            ).format(self._ident(self.writer_table), self._columns(_WRITER_COLUMNS)),
+            (
+                record.sink_id,
+                record.query_id,
+                record.host,
+                record.pid,
+                record.process_start,
+                dt.datetime.fromtimestamp(record.updated_at, dt.UTC),
+            ),
+        )
+
+    def select_writers(self, conn: Any, sink_id: str) -> list[WriterRecord]:
+        rows = conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE sink_id = %s ORDER BY query_id").format(
+                self._columns(_WRITER_COLUMNS), self._ident(self.writer_table)
+            ),
+            (sink_id,),
+        ).fetchall()
+        return [
+            WriterRecord(
+                sink_id=str(s),
+                query_id=str(q),
+                host=str(h),
+                pid=int(p),
+                updated_at=u.timestamp(),
+                process_start=None if start is None else str(start),
+            )
+            for s, q, h, p, start, u in rows
+        ]
+
+    def delete_writer(self, conn: Any, sink_id: str, query_id: str) -> None:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE sink_id = %s AND query_id = %s").format(
+                self._ident(self.writer_table)
+            ),
+            (sink_id, query_id),
+        )
+
+    def missing_table(self, exc: Exception) -> bool:
+        return isinstance(exc, _MISSING)
 
     # -- tables ---------------------------------------------------------------------------
 

@@ -55,6 +55,9 @@ def test_sql_snippets_run(postgres_dsn: str, mysql_dsn: str) -> None:
         ddl = find("docs/backends/postgres.md", "CREATE TABLE IF NOT EXISTS twopc_markers").code
         conn.execute(replaced(ddl, {"twopc_markers": name}))
         conn.execute(f"DROP TABLE {name}")
+        ddl = find("docs/backends/postgres.md", "CREATE TABLE twopc_markers_writers").code
+        conn.execute(replaced(ddl, {"twopc_markers_writers": f"{name}_writers"}))
+        conn.execute(f"DROP TABLE {name}_writers")
         for page in ("docs/backends/postgres.md", "docs/troubleshooting.md"):
             rows = conn.execute(find(page, "FROM pg_prepared_xacts").code).fetchall()
             assert all(row[0].startswith("twopc-") for row in rows)
@@ -64,6 +67,9 @@ def test_sql_snippets_run(postgres_dsn: str, mysql_dsn: str) -> None:
             ddl = find("docs/backends/mysql.md", "CREATE TABLE IF NOT EXISTS twopc_markers").code
             cursor.execute(replaced(ddl, {"twopc_markers": name}))
             cursor.execute(f"DROP TABLE {name}")
+            ddl = find("docs/backends/mysql.md", "CREATE TABLE twopc_markers_writers").code
+            cursor.execute(replaced(ddl, {"twopc_markers_writers": f"{name}_writers"}))
+            cursor.execute(f"DROP TABLE {name}_writers")
             cursor.execute(find("docs/troubleshooting.md", "XA RECOVER FORMAT='SQL';").code)
             assert [d[0] for d in cursor.description][-1] == "data"
     finally:

@@ -338,6 +338,8 @@ CHECKED: dict[tuple[str, str], str] = {
     ): "test_sql_snippets_run",
     ("docs/backends/postgres.md", "FROM pg_prepared_xacts"): "test_sql_snippets_run",
     ("docs/backends/mysql.md", "CREATE TABLE IF NOT EXISTS twopc_markers"): "test_sql_snippets_run",
+    ("docs/backends/postgres.md", "CREATE TABLE twopc_markers_writers"): "test_sql_snippets_run",
+    ("docs/backends/mysql.md", "CREATE TABLE twopc_markers_writers"): "test_sql_snippets_run",
     ("docs/troubleshooting.md", "FROM pg_prepared_xacts"): "test_sql_snippets_run",
     ("docs/troubleshooting.md", "XA RECOVER FORMAT='SQL';"): "test_sql_snippets_run",
     (
