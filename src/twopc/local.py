@@ -16,6 +16,7 @@ tested at representative points. Usage::
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -155,6 +156,11 @@ def _child(
     batches: list[pa.RecordBatch],
     sender: Any,
 ) -> None:
+    # Everything inherited from the parent stays out of this process's garbage collection:
+    # an unreachable client of a C library with threads of its own (a librdkafka admin
+    # client kept alive by an old traceback) would be destroyed here, where its threads
+    # do not exist, and hang the task.
+    gc.freeze()
     report, error = _run_inline(task, partition, attempt, batches)
     sender.send(("ok", report.dumps()) if report is not None else ("error", error or ""))
     sender.close()

@@ -5,13 +5,22 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import math
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-__all__ = ["FORMATS", "FormatWriter", "open_format_writer"]
+__all__ = [
+    "FORMATS",
+    "JSON_NON_FINITE",
+    "FormatWriter",
+    "NonFiniteValueError",
+    "non_finite_message",
+    "open_format_writer",
+    "write_options_problem",
+]
 
 FORMATS: dict[str, str] = {
     "parquet": "parquet",
@@ -20,6 +29,14 @@ FORMATS: dict[str, str] = {
     "arrow": "arrow",
 }
 """Supported formats and the file extension each one writes."""
+
+JSON_NON_FINITE = ("error", "null")
+"""What ``format="json"`` does with NaN and infinities, which JSON cannot hold: refuse the
+batch (the default), or write ``null`` in their place."""
+
+
+class NonFiniteValueError(ValueError):
+    """A row holds NaN or an infinity, which the JSON lines writer refuses to write."""
 
 
 class FormatWriter:
@@ -77,23 +94,81 @@ class _ArrowWriter(FormatWriter):
 
 class _JsonLinesWriter(FormatWriter):
     """JSON lines. pyarrow has no JSON writer, so rows go through Python objects here;
-    use Parquet or Arrow for throughput."""
+    use Parquet or Arrow for throughput. NaN and infinities, which Python's ``json`` would
+    write as ``NaN``/``Infinity`` (not JSON: strict readers refuse them), raise
+    :class:`NonFiniteValueError`, or become ``null`` with ``non_finite="null"``."""
 
-    def __init__(self, handle: IO[bytes], schema: pa.Schema, options: dict[str, Any]) -> None:
+    def __init__(
+        self, handle: IO[bytes], schema: pa.Schema, options: dict[str, Any], non_finite: str
+    ) -> None:
         super().__init__(handle, schema)
         self._written = 0
+        self._non_finite = non_finite
 
     def write(self, batch: pa.RecordBatch) -> None:
-        lines = [
-            json.dumps(row, default=_json_default, separators=(",", ":"), ensure_ascii=False)
-            for row in batch.to_pylist()
-        ]
+        lines = [self._line(row) for row in batch.to_pylist()]
         data = ("\n".join(lines) + "\n").encode()
         self.handle.write(data)
         self._written += len(data)
 
+    def _line(self, row: dict[str, Any]) -> str:
+        try:
+            return _dumps(row)
+        except ValueError:  # a float JSON cannot hold
+            if self._non_finite != "null":
+                raise NonFiniteValueError("NaN or an infinity") from None
+            return _dumps(_finite(row))
+
     def bytes_written(self) -> int:
         return self._written
+
+
+def _dumps(row: dict[str, Any]) -> str:
+    return json.dumps(
+        row, default=_json_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinity in ``value`` (at any depth), or ``None``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _non_finite(item)
+            if found is not None:
+                return found
+    return None
+
+
+def non_finite_message(batch: pa.RecordBatch, first_row: int) -> str:
+    """Which column of which row holds the first NaN or infinity of ``batch`` (its rows
+    numbered from ``first_row``), and what to do."""
+    for index, row in enumerate(batch.to_pylist()):
+        for column, value in row.items():
+            found = _non_finite(value)
+            if found is not None:
+                shown = "NaN" if math.isnan(found) else ("Infinity" if found > 0 else "-Infinity")
+                return (
+                    f"format='json': column {column!r} of row {first_row + index} holds "
+                    f"{shown}, which JSON cannot represent (strict JSON readers refuse it); "
+                    "clean or filter the data, or pass json_non_finite='null' to write null "
+                    "instead"
+                )
+    return "format='json': a row holds NaN or an infinity, which JSON cannot represent"
 
 
 def _json_default(value: object) -> object:
@@ -114,9 +189,30 @@ _WRITERS: dict[str, type[FormatWriter]] = {
     "json": _JsonLinesWriter,
     "arrow": _ArrowWriter,
 }
+"""The Python path's writer of each format (``json``'s takes ``non_finite`` too)."""
 
 
 def open_format_writer(
-    fmt: str, handle: IO[bytes], schema: pa.Schema, options: dict[str, Any]
+    fmt: str,
+    handle: IO[bytes],
+    schema: pa.Schema,
+    options: dict[str, Any],
+    *,
+    json_non_finite: str = "error",
 ) -> FormatWriter:
+    if fmt == "json":
+        return _JsonLinesWriter(handle, schema, options, json_non_finite)
     return _WRITERS[fmt](handle, schema, options)  # type: ignore[call-arg]
+
+
+def write_options_problem(fmt: str, options: dict[str, Any]) -> str | None:
+    """What the format's pyarrow writer refuses in ``options`` (an unknown keyword, a codec
+    it lacks), found by opening it on an in-memory buffer; ``None`` when it takes them."""
+    if fmt not in _WRITERS or fmt == "json" or not options:
+        return None
+    schema = pa.schema([("x", pa.int64())])
+    try:
+        open_format_writer(fmt, pa.BufferOutputStream(), schema, dict(options)).close()
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -57,7 +57,15 @@ from twopc.storage import (
     join,
 )
 from twopc_files._batch_log import HADOOP_SCHEMES, LoggedFile, SparkBatchLog, file_uri
-from twopc_files._formats import FORMATS, FormatWriter, open_format_writer
+from twopc_files._formats import (
+    FORMATS,
+    JSON_NON_FINITE,
+    FormatWriter,
+    NonFiniteValueError,
+    non_finite_message,
+    open_format_writer,
+    write_options_problem,
+)
 from twopc_files._layout import (
     COMMITTABLE_FILE,
     LOG_DIR,
@@ -72,6 +80,22 @@ from twopc_files._layout import (
     split_by_partition,
 )
 from twopc_files._multipart import MultipartFile, MultipartStore, Part, is_multipart_capable
+from twopc_files._options import (
+    check_filesystem,
+    check_flag,
+    check_mapping,
+    check_partition_by,
+    check_target_file_size,
+)
+from twopc_files._schemas import (
+    RECORD_FILE,
+    SCHEMA_PREFIX,
+    conflict,
+    data_schema,
+    decode,
+    encode,
+    schema_file,
+)
 from twopc_files._spark_write import (
     AUTO_PROTOCOLS,
     HADOOP_PROTOCOLS,
@@ -91,7 +115,6 @@ COMMIT_METHODS = ("auto", "move", "complete_upload")
 
 _log = logging.getLogger("twopc.files")
 
-_MIN_FILE_SIZE = 1024
 _DEFAULT_FILE_SIZE = 128 * 1024 * 1024
 
 
@@ -115,12 +138,17 @@ class StagedFile:
 class FilesPayload(Payload):
     """A task's committable: its staging directory and its files."""
 
-    version: ClassVar[int] = 2
-    reads: ClassVar[tuple[int, ...]] = (1, 2)
-    """Version 2 added the multipart upload of each file (``upload_id``, ``parts``)."""
+    version: ClassVar[int] = 3
+    reads: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    """Version 2 added the multipart upload of each file (``upload_id``, ``parts``),
+    version 3 the fingerprint of the files' schema (``schema``)."""
 
     staging: str
     files: tuple[StagedFile, ...]
+    schema: str = ""
+    """The fingerprint of the files' schema, held in ``<staging>/_schema-<fingerprint>``;
+    ``""`` when nothing was checked (no rows, ``check_schemas=False``, CSV or JSON from
+    Spark's writer)."""
 
     @classmethod
     def from_json(cls, data: Any, version: int) -> FilesPayload:
@@ -131,7 +159,7 @@ class FilesPayload(Payload):
                 Part(int(p["number"]), str(p["etag"])) for p in fields.get("parts", ())
             )
             files.append(StagedFile(**fields))
-        return cls(str(data["staging"]), tuple(files))
+        return cls(str(data["staging"]), tuple(files), str(data.get("schema", "")))
 
 
 @dataclass
@@ -163,6 +191,10 @@ class FilesTransaction:
     """Schema of the first batch; every later batch of the task must match it."""
     gave_way: bool = False
     """Another process prepared this same attempt first: abort must leave its staging."""
+    rows: int = 0
+    """Rows invoked so far (to number a bad row in messages)."""
+    schema_file: str = ""
+    """The name of the attempt's schema file, once its schema is checked."""
 
 
 class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
@@ -202,6 +234,14 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             ``format("twopc")`` and ``twopc.local`` always run Python tasks.
         spark_options: options for Spark's writer on the Spark write path (e.g.
             ``{"maxRecordsPerFile": 1000000}``), after those derived from ``write_options``.
+        json_non_finite: what ``format="json"`` does with NaN and infinities, which JSON
+            cannot hold (Python's ``json`` writes ``NaN``, which strict readers refuse):
+            ``"error"`` (default) fails the batch naming the row and column, ``"null"``
+            writes ``null``. On the Spark path Spark's writer writes them as the strings
+            ``"NaN"``, ``"Infinity"``; ``"null"`` therefore keeps ``auto`` on the Python path.
+        check_schemas: refuse a batch whose columns readers could not merge with the other
+            partitions of the batch or with what the output already holds (a column whose
+            type changes); ``False`` writes it anyway.
     """
 
     backend_name = "files"
@@ -220,75 +260,84 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         batch_log_scheme: str = "",
         write_path: str = "auto",
         spark_options: dict[str, Any] | None = None,
+        json_non_finite: str = "error",
+        check_schemas: bool = True,
     ) -> None:
-        if write_path not in WRITE_PATHS:
-            raise ConfigurationError(
-                f"files sink: unknown write_path {write_path!r}; use one of "
-                f"{', '.join(WRITE_PATHS)}"
-            )
-        if commit_by not in COMMIT_METHODS:
-            raise ConfigurationError(
-                f"files sink: unknown commit_by {commit_by!r}; use one of "
-                f"{', '.join(COMMIT_METHODS)}"
-            )
+        _choice("write_path", write_path, WRITE_PATHS)
+        _choice("commit_by", commit_by, COMMIT_METHODS)
         if not isinstance(path, str) or not path:
             raise ConfigurationError("files sink: path must be a non-empty string")
-        if format not in FORMATS and format not in SPARK_FORMATS:
-            known = sorted({*FORMATS, *SPARK_FORMATS})
-            raise ConfigurationError(
-                f"files sink: unknown format {format!r}; use one of {', '.join(known)}"
-            )
-        if isinstance(partition_by, str):
-            partition_by = (partition_by,)
-        if not all(isinstance(c, str) and c for c in partition_by):
-            raise ConfigurationError("files sink: partition_by must be a list of column names")
-        hidden = [c for c in partition_by if c.startswith(("_", "."))]
-        if hidden:
-            raise ConfigurationError(
-                f"files sink: partition_by columns {hidden} start with '_' or '.', so their "
-                "directories would be hidden from readers such as pyarrow.dataset"
-            )
-        if batch_log_scheme and not re.fullmatch(r"[a-z][a-z0-9+.-]*", batch_log_scheme):
+        check_filesystem(path)
+        _choice("format", format, sorted({*FORMATS, *SPARK_FORMATS}))
+        self.path = path
+        self.format = format
+        self.partition_by = check_partition_by(partition_by)
+        if not isinstance(batch_log_scheme, str) or (
+            batch_log_scheme and not re.fullmatch(r"[a-z][a-z0-9+.-]*", batch_log_scheme)
+        ):
             raise ConfigurationError(
                 f"files sink: batch_log_scheme {batch_log_scheme!r} is not a URI scheme "
                 "(such as 's3a' or 's3')"
             )
-        if int(target_file_size) < _MIN_FILE_SIZE:
-            raise ConfigurationError(
-                f"files sink: target_file_size must be at least {_MIN_FILE_SIZE} bytes"
-            )
-        self.path = path
-        self.format = format
-        self.partition_by = tuple(partition_by)
-        self.target_file_size = int(target_file_size)
-        self.storage_options = dict(storage_options or {})
-        self.write_options = dict(write_options or {})
+        self.target_file_size = check_target_file_size(target_file_size)
+        self.storage_options = check_mapping("storage_options", storage_options)
+        self.write_options = check_mapping("write_options", write_options)
         self.commit_by = commit_by
-        self.batch_log = bool(batch_log)
+        self.batch_log = check_flag("batch_log", batch_log)
         self.batch_log_scheme = batch_log_scheme
         self.write_path = write_path
+        _choice("json_non_finite", json_non_finite, JSON_NON_FINITE)
+        self.json_non_finite = json_non_finite
+        self.check_schemas = check_flag("check_schemas", check_schemas)
         try:
-            self.spark_options = spark_option_values(dict(spark_options or {}))
+            self.spark_options = spark_option_values(check_mapping("spark_options", spark_options))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"files sink: spark_options: {exc}") from None
-        if self.spark_options and write_path == "python":
+        self._check_combinations()
+        self._fs: Any = None
+        self._fs_pid = 0
+        self._root = ""
+        self._recorded: set[str] = set()
+        """Schema fingerprints this process has merged into the output's schema record."""
+
+    def _check_combinations(self) -> None:
+        """Options that contradict each other, or that would do nothing."""
+        if self.spark_options and self.write_path == "python":
             raise ConfigurationError(
                 "files sink: spark_options are for Spark's writer, but write_path='python'"
             )
-        if write_path == "python" and format not in FORMATS:
+        if self.write_path == "python" and self.format not in FORMATS:
             raise ConfigurationError(
-                f"files sink: format {format!r} is written by Spark's own writer only, but "
-                "write_path='python'"
+                f"files sink: format {self.format!r} is written by Spark's own writer only, "
+                "but write_path='python'"
+            )
+        if self.write_options and self.format == "json":
+            raise ConfigurationError(
+                "files sink: write_options do nothing with format='json' (twopc's JSON lines "
+                "writer and Spark's take none); remove them"
+            )
+        if self.json_non_finite != "error" and self.format != "json":
+            raise ConfigurationError(
+                f"files sink: json_non_finite={self.json_non_finite!r} applies to "
+                f"format='json' only, not {self.format!r}"
+            )
+        if self.commit_by == "complete_upload" and protocol_of(self.path) not in ("s3", "s3a"):
+            raise ConfigurationError(
+                "files sink: commit_by='complete_upload' completes S3 multipart uploads: it "
+                f"needs an s3:// path (s3fs), not {protocol_of(self.path)}://"
+            )
+        problem = write_options_problem(self.format, self.write_options)
+        if problem is not None:
+            raise ConfigurationError(
+                f"files sink: write_options {sorted(self.write_options)}: the {self.format} "
+                f"writer refuses them ({problem})"
             )
         if self.spark_write_required() and (refusals := self._spark_refusals(auto=False)):
-            why = "write_path='spark'" if write_path == "spark" else f"format {format!r}"
+            why = "write_path='spark'" if self.write_path == "spark" else f"format {self.format!r}"
             raise ConfigurationError(
                 f"files sink: {why} needs Spark's own writer, which cannot write this "
                 f"output: {'; '.join(refusals)}"
             )
-        self._fs: Any = None
-        self._fs_pid = 0
-        self._root = ""
 
     def __repr__(self) -> str:
         return (
@@ -302,6 +351,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fs"] = None  # filesystems are re-created in each process
+        state["_recorded"] = set()
         return state
 
     @property
@@ -360,6 +410,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             reasons.append(
                 f"write_options {untranslated} have no counterpart in Spark's writer (give "
                 "Spark's own options as spark_options)"
+            )
+        if self.json_non_finite == "null":
+            reasons.append(
+                "json_non_finite='null': Spark's writer writes NaN and infinities as the "
+                'strings "NaN", "Infinity" and "-Infinity"'
             )
         if self.target_file_size != _DEFAULT_FILE_SIZE:
             reasons.append(
@@ -427,11 +482,15 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         then remove the job's directory (Spark's ``_SUCCESS``, checksums)."""
         job = spark_job_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.attempt)
         by_split: dict[int, list[SparkFile]] = {}
-        for entry in self._spark_files(job):
+        files = self._spark_files(job)
+        for entry in files:
             by_split.setdefault(entry.split, []).append(entry)
+        schema = self._spark_schema(files)
+        if schema is not None:
+            self._check_held(schema)  # one job, one schema: its splits agree
         token = name_token(ctx.sink_id, ctx.query_id)
         outputs = [
-            self._stage_split(replace(ctx, partition=split), by_split.get(split, []), token)
+            self._stage_split(replace(ctx, partition=split), by_split.get(split, []), token, schema)
             for split in range(max(by_split, default=0) + 1)
         ]
         self._remove(job)
@@ -458,7 +517,24 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             found.append(entry)
         return found
 
-    def _stage_split(self, ctx: TaskContext, files: list[SparkFile], token: str) -> SparkOutput:
+    def _spark_schema(self, files: list[SparkFile]) -> pa.Schema | None:
+        """The columns of a Spark job's files, from a footer (Parquet, ORC); ``None`` when
+        not checked (``check_schemas=False``, CSV and JSON, no file)."""
+        written = [f for f in files if f.size]
+        if not self.check_schemas or self.format not in ("parquet", "orc") or not written:
+            return None
+        with self.fs.open(written[0].path, "rb") as handle:
+            if self.format == "parquet":
+                import pyarrow.parquet as pq
+
+                return data_schema(pq.read_schema(handle), ())
+            import pyarrow.orc as paorc
+
+            return data_schema(paorc.ORCFile(handle).schema, ())
+
+    def _stage_split(
+        self, ctx: TaskContext, files: list[SparkFile], token: str, schema: pa.Schema | None
+    ) -> SparkOutput:
         staging = attempt_dir(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)
         staged: list[StagedFile] = []
         seq: dict[str, int] = {}
@@ -479,7 +555,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             for directory in {self._abs(d.staged).rsplit("/", 1)[0] for d in staged}:
                 fsync_directory(directory)
         files_ = tuple(sorted(staged, key=lambda f: f.final))
-        committable = Committable.for_task(ctx, FilesPayload(staging, files_))
+        fingerprint = ""
+        if staged and schema is not None:
+            self._write_schema(staging, schema)
+            fingerprint = schema_file(schema).removeprefix(SCHEMA_PREFIX)
+        committable = Committable.for_task(ctx, FilesPayload(staging, files_, fingerprint))
         if staged:
             self._record_prepared(staging, committable.dumps().encode())
         return SparkOutput(
@@ -528,12 +608,139 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         # Hive directory or in a partition column would otherwise go unnoticed.
         if txn.schema is None:
             txn.schema = batch.schema
+            if self.check_schemas:
+                self._check_schema(txn, batch.schema)
         elif not txn.schema.equals(batch.schema):
             raise PermanentSinkError(
                 f"schema changed inside one task: {txn.schema} then {batch.schema}"
             )
-        for directory, piece in split_by_partition(batch, self.partition_by):
-            self._write_piece(txn, directory, piece)
+        try:
+            for directory, piece in split_by_partition(batch, self.partition_by):
+                self._write_piece(txn, directory, piece)
+        except NonFiniteValueError:
+            data = batch.select([n for n in batch.schema.names if n not in self.partition_by])
+            raise PermanentSinkError(non_finite_message(data, txn.rows)) from None
+        txn.rows += batch.num_rows
+
+    # -- schemas readers can merge (see _schemas) ---------------------------------------
+
+    def _check_schema(self, txn: FilesTransaction, schema: pa.Schema) -> None:
+        """The task's columns merge with what the output holds, then (after recording its
+        own) with those of the batch's other attempts."""
+        ours = data_schema(schema, self.partition_by)
+        self._check_held(ours)
+        txn.schema_file = schema_file(ours)
+        self._write_schema(txn.staging, ours)
+        for attempt, other in self._batch_schemas(txn):
+            found = conflict(ours, [other])
+            if found is not None:
+                partition = attempt.split("-", 1)[0].lstrip("0") or "0"
+                column, mine, theirs = found
+                raise PermanentSinkError(
+                    f"{column} is {mine} in this partition but {theirs} in "
+                    f"partition {partition} of the same batch; readers cannot merge the two "
+                    "types: give every partition the same column types (cast in the query)"
+                )
+
+    def _check_held(self, ours: pa.Schema) -> None:
+        """``ours`` merges with the schema of everything the output holds."""
+        held = self._held_schema()
+        found = None if held is None else conflict(ours, [held])
+        if found is not None:
+            column, mine, theirs = found
+            raise PermanentSinkError(
+                f"{column} is {mine} in this batch but {theirs} in what the output "
+                f"already holds ({RECORD_FILE}); readers (pyarrow.dataset, Spark's "
+                f"mergeSchema) cannot merge the two types: cast the column to {theirs} in "
+                "the query, write to a new path, or pass check_schemas=False if every "
+                "reader converts it"
+            )
+
+    def _held_schema(self) -> pa.Schema | None:
+        """The unified schema of every batch committed to the output, if recorded."""
+        try:
+            data = self.fs.cat_file(self._abs(RECORD_FILE))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise TransientSinkError(f"cannot read {RECORD_FILE}: {exc}") from exc
+        try:
+            return decode(data)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise PermanentSinkError(
+                f"the output's schema record {RECORD_FILE} cannot be read ({exc}): delete it "
+                "(the next commit writes it again, from its batch) or pass "
+                "check_schemas=False"
+            ) from exc
+
+    def _write_schema(self, staging: str, schema: pa.Schema) -> None:
+        """Record an attempt's schema in its staging directory (a hint: not fsynced)."""
+        path = self._abs(f"{staging}/{schema_file(schema)}")
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        atomic_write(self.fs, path, encode(schema), durable=False)
+
+    def _batch_schemas(self, txn: FilesTransaction) -> list[tuple[str, pa.Schema]]:
+        """The schemas the batch's other attempts recorded, one per distinct schema:
+        ``(attempt directory name, schema)``."""
+        base = self._abs(txn.staging.rsplit("/", 1)[0])
+        found: dict[str, str] = {}
+        for path in self._schema_files(base):
+            parent, _, name = path.rpartition("/")
+            if name != txn.schema_file:
+                found.setdefault(name, parent)
+        return [
+            (parent.rsplit("/", 1)[-1], decode(self.fs.cat_file(f"{parent}/{name}")))
+            for name, parent in found.items()
+        ]
+
+    def _schema_files(self, batch: str) -> list[str]:
+        """The schema files of every attempt under the batch directory ``batch``. On a
+        local disk, two levels of ``os.scandir`` (every task does this: fsspec's ``find``
+        costs a ``stat`` per staged file); elsewhere one listing of the batch's prefix."""
+        if not is_local(self.fs):
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache(batch)
+            return [
+                str(p)
+                for p in self.fs.find(batch)
+                if str(p).rsplit("/", 1)[-1].startswith(SCHEMA_PREFIX)
+            ]
+        found = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(batch) as attempts:
+            for attempt in attempts:
+                if not attempt.is_dir():
+                    continue
+                with contextlib.suppress(FileNotFoundError), os.scandir(attempt.path) as entries:
+                    found += [
+                        f"{batch}/{attempt.name}/{e.name}"
+                        for e in entries
+                        if e.name.startswith(SCHEMA_PREFIX)
+                    ]
+        return found
+
+    def _widen_record(self, payload: FilesPayload) -> None:
+        """Merge a prepared attempt's schema into the output's record before its files
+        become visible (idempotent: a repeated commit merges the same schema again)."""
+        if not payload.schema or payload.schema in self._recorded:
+            return
+        try:
+            ours = decode(
+                self.fs.cat_file(self._abs(f"{payload.staging}/{SCHEMA_PREFIX}{payload.schema}"))
+            )
+        except FileNotFoundError:
+            return  # promoted before: the record was widened then
+        try:
+            held = self._held_schema()
+            merged = ours if held is None else pa.unify_schemas([held, ours])
+        except (pa.ArrowTypeError, pa.ArrowInvalid, PermanentSinkError) as exc:
+            # another writer of the path committed a conflicting schema since the check,
+            # or the record is damaged: it is an aid to the check, never a reason to fail
+            # a decided commit
+            _log.warning("the output's schema record %s is left as it is: %s", RECORD_FILE, exc)
+            return
+        if held is None or not merged.equals(held):
+            atomic_write(self.fs, self._abs(RECORD_FILE), encode(merged))
+        self._recorded.add(payload.schema)
 
     def _write_piece(self, txn: FilesTransaction, directory: str, piece: pa.RecordBatch) -> None:
         state = txn.directories.setdefault(directory, _Directory())
@@ -583,7 +790,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             handle = open(path, "wb") if is_local(self.fs) else self.fs.open(path, "wb")  # noqa: SIM115
         try:
             writer = open_format_writer(
-                self.format, cast(IO[bytes], handle), schema, dict(self.write_options)
+                self.format,
+                cast(IO[bytes], handle),
+                schema,
+                dict(self.write_options),
+                json_non_finite=self.json_non_finite,
             )
         except BaseException:
             _discard(handle)
@@ -611,7 +822,9 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
                 txn.done.append(self._close(state.current))
                 state.current = None
         files = tuple(sorted(txn.done, key=lambda f: f.final))
-        committable = Committable.for_task(txn.ctx, FilesPayload(txn.staging, files))
+        fingerprint = txn.schema_file.removeprefix(SCHEMA_PREFIX)
+        payload = FilesPayload(txn.staging, files, fingerprint)
+        committable = Committable.for_task(txn.ctx, payload)
         try:
             self._record_prepared(txn.staging, committable.dumps().encode())
         except TransientSinkError:
@@ -672,6 +885,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
 
     def _promote(self, committable: Committable) -> CommitOutcome:
         payload = FilesPayload.of(committable)
+        self._widen_record(payload)
         moved = 0
         for entry in payload.files:
             if entry.upload_id is not None:
@@ -912,3 +1126,11 @@ def _files_of(committable: Committable) -> tuple[StagedFile, ...]:
         return FilesPayload.of(committable).files
     except UnsupportedFormatError:
         return ()
+
+
+def _choice(name: str, value: object, choices: Sequence[str]) -> None:
+    """``value`` is one of the option's choices."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigurationError(
+            f"files sink: unknown {name} {value!r}; use one of {', '.join(choices)}"
+        )

@@ -3,19 +3,31 @@ consumers that read marker groups. One place for the settings they share."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from twopc.secrets import redact
 from twopc_kafka._errors import ClientErrors
 
-__all__ = ["ENFORCED", "KafkaClients"]
+__all__ = ["ENFORCED", "KafkaClients", "is_secret", "redact_text", "settings_problem"]
 
 ENFORCED = {"enable.idempotence": True, "acks": "all"}
 """Producer settings exactly-once needs; a user setting that contradicts them is refused."""
-_SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer")
+_SECRET_KEYS = (
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "sasl.oauthbearer",
+)
+_QUIET = logging.Logger("twopc.kafka.settings-check")
+"""The logger of the client that checks settings: never served (no poll), never shown."""
+_QUIET.disabled = True
 _PRODUCER_ONLY = ("linger.ms", "batch.size", "compression.type", "queue.buffering")
 
 
@@ -38,7 +50,7 @@ class KafkaClients:
 
     def redacted(self) -> dict[str, Any]:
         """The user's settings with secrets masked, for ``repr``."""
-        return {k: ("***" if k.startswith(_SECRET_KEYS) else v) for k, v in self.config.items()}
+        return {k: ("***" if is_secret(k) else v) for k, v in self.config.items()}
 
     def request_timeout_ms(self) -> int:
         """librdkafka's ``socket.timeout.ms`` for the producers: the operation timeout."""
@@ -79,3 +91,47 @@ class KafkaClients:
             return consumer.consumer_group_metadata()
         finally:
             consumer.close()
+
+
+def is_secret(key: str) -> bool:
+    """Whether a librdkafka setting holds a secret (a password, a private key, a token)."""
+    return key.startswith(_SECRET_KEYS)
+
+
+def redact_text(text: str, config: Mapping[str, Any]) -> str:
+    """``text`` with the value of every secret setting of ``config`` masked (``***``)."""
+    return redact(text, [v for k, v in config.items() if is_secret(k) and isinstance(v, str)])
+
+
+def settings_problem(config: Mapping[str, Any]) -> str | None:
+    """What librdkafka refuses in ``config``: unknown names, values of the wrong kind, files
+    it cannot read, mechanisms it was built without; ``None`` when it takes them all.
+
+    It builds a producer with no ``bootstrap.servers`` (so nothing connects) and destroys it
+    at once. When the set is refused, the setting refused alone for the same reason is
+    named (librdkafka's message may name an alias: ``linger.ms`` is
+    ``queue.buffering.max.ms``); a problem of a combination is reported as librdkafka
+    words it."""
+    whole = _refusal(config)
+    if whole is None:
+        return None
+    for key, value in config.items():
+        if _refusal({key: value}) == whole:
+            shown = "***" if is_secret(key) else repr(value)
+            return redact_text(f"producer_config[{key!r}] = {shown}: {whole}", config)
+    return redact_text(f"producer_config: {whole}", config)
+
+
+def _refusal(config: Mapping[str, Any]) -> str | None:
+    """librdkafka's reason to refuse building a client from ``config``, or ``None``."""
+    settings = {k: v for k, v in config.items() if k != "bootstrap.servers" and not callable(v)}
+    settings["logger"] = _QUIET  # librdkafka's warnings (no brokers...) go nowhere
+    try:
+        producer = Producer(settings)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        return str(error.str()) if hasattr(error, "str") else str(error)
+    except (TypeError, ValueError) as exc:  # confluent-kafka's own checks (callbacks)
+        return str(exc)
+    del producer  # destroyed now: no client thread may outlive the check (forks follow)
+    return None

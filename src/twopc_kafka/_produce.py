@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
 
-from twopc import PermanentSinkError, TaskContext
+from twopc import PermanentSinkError, TaskContext, TransientSinkError
 from twopc_kafka._errors import PERMANENT_CODES, error
 from twopc_kafka._records import RecordColumns
+from twopc_kafka._topics import shown, topic_name_problem
 
-__all__ = ["KafkaTransaction", "produce_all", "require_topics"]
+__all__ = ["KafkaTransaction", "check_partitions", "produce_all", "require_topics"]
 
 
 @dataclass
@@ -45,12 +47,56 @@ def require_topics(txn: KafkaTransaction, columns: RecordColumns, default: str |
     named = set(columns.topics)
     if None in named and default is None:
         _no_topic(txn, columns.topics.index(None))
-    return {t for t in named if t is not None and t != default}
+    others = {t for t in named if t is not None and t != default}
+    for topic in sorted(others, key=columns.topics.index):
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise PermanentSinkError(
+                f"row {txn.rows + columns.topics.index(topic)} names topic {shown(topic)}, "
+                f"which is not a valid Kafka topic name: {problem}"
+            )
+    return others
 
 
 def _no_topic(txn: KafkaTransaction, index: int) -> None:
     raise PermanentSinkError(
         f"row {txn.rows + index} has no topic (no topic column value and no default topic)"
+    )
+
+
+def check_partitions(
+    txn: KafkaTransaction,
+    columns: RecordColumns,
+    default: str | None,
+    partition_count: Callable[[str, bool], int],
+) -> None:
+    """Every row's ``partition`` value is a partition its topic has. librdkafka would fail
+    the row with a bare ``_UNKNOWN_PARTITION``; ``partition_count(topic, refresh)`` is the
+    topic's count, read again from the brokers with ``refresh`` (partitions may be added)."""
+    if columns.partitions is None:
+        return
+    counts: dict[str, int] = {}
+    for index, partition in enumerate(columns.partitions):
+        if partition is None:
+            continue
+        topic = (columns.topics[index] if columns.topics else None) or default or ""
+        if topic not in counts:
+            counts[topic] = partition_count(topic, False)
+        if 0 <= partition < counts[topic]:
+            continue
+        counts[topic] = partition_count(topic, True)
+        if not counts[topic]:  # a topic being created, or without a leader for a moment
+            raise TransientSinkError(f"the brokers report no partition of topic {topic!r}")
+        if not 0 <= partition < counts[topic]:
+            row = txn.rows + index
+            raise PermanentSinkError(_partition_message(row, partition, topic, counts[topic]))
+
+
+def _partition_message(row: int, partition: int, topic: str, count: int) -> str:
+    return (
+        f"row {row} names partition {partition} of topic {topic!r}, which has {count} "
+        f"partition(s), 0 to {count - 1}; fix the partition column (null lets the "
+        "partitioner choose), or add partitions to the topic first"
     )
 
 

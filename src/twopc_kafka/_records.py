@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +27,20 @@ import pyarrow as pa
 
 from twopc_kafka._registry import REGISTRY_FORMATS, SerializerServiceError, registry_failure
 
-__all__ = ["VALUE_FORMATS", "Record", "RecordColumns", "RowSerializer", "record_columns", "records"]
+__all__ = [
+    "JSON_NON_FINITE",
+    "VALUE_FORMATS",
+    "Record",
+    "RecordColumns",
+    "RowSerializer",
+    "record_columns",
+    "records",
+]
 
 VALUE_FORMATS = ("json", "string", "bytes", *REGISTRY_FORMATS)
+JSON_NON_FINITE = ("error", "null")
+"""What a ``json`` value does with NaN and infinities, which JSON cannot hold: refuse the
+row (the default), or write ``null`` in their place."""
 _SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
 
 
@@ -106,15 +118,24 @@ def records(
     topic: str = "",
     *,
     serializer_label: str = "value_serializer",
+    json_non_finite: str = "error",
+    first_row: int = 0,
 ) -> Iterator[Record]:
     """The batch's rows as records.
 
     Raises ``ValueError`` on a shape or row it cannot send, and ``SerializerServiceError``
     when the serializer's schema registry fails; ``serializer_label`` names the serializer
-    in messages.
+    in messages, ``first_row`` is the number messages give the batch's first row.
     """
     columns = record_columns(
-        batch, value_format, key_column, serializer, topic, serializer_label=serializer_label
+        batch,
+        value_format,
+        key_column,
+        serializer,
+        topic,
+        serializer_label=serializer_label,
+        json_non_finite=json_non_finite,
+        first_row=first_row,
     )
     for index in range(len(columns)):
         yield columns.record(index)
@@ -128,6 +149,8 @@ def record_columns(
     topic: str = "",
     *,
     serializer_label: str = "value_serializer",
+    json_non_finite: str = "error",
+    first_row: int = 0,
 ) -> RecordColumns:
     """The batch's records as columns; raises like :func:`records`."""
     if is_spark_shape(batch.schema) and serializer is None:
@@ -143,10 +166,7 @@ def record_columns(
     elif value_format in REGISTRY_FORMATS:
         raise ValueError(f"value_format={value_format!r} needs its schema registry serializer")
     elif value_format == "json":
-        values = [
-            json.dumps(row, default=_json_default, separators=(",", ":")).encode()
-            for row in batch.to_pylist()
-        ]
+        values = _json_values(batch.to_pylist(), json_non_finite, first_row)
     else:
         data_columns = [n for n in names if n != key_column]
         if len(data_columns) != 1:
@@ -156,6 +176,63 @@ def record_columns(
             )
         values = _bytes_column(batch.column(data_columns[0]))
     return RecordColumns(values, keys)
+
+
+def _json_values(rows: list[dict[str, Any]], non_finite: str, first_row: int) -> list[bytes | None]:
+    """One compact JSON object per row; NaN and infinities (which ``json`` would write as
+    ``NaN``/``Infinity``, refused by strict readers) fail the row or become ``null``."""
+    values: list[bytes | None] = []
+    for index, row in enumerate(rows):
+        try:
+            text = _dumps(row)
+        except ValueError:  # a float JSON cannot hold
+            if non_finite != "null":
+                raise ValueError(_non_finite_message(row, first_row + index)) from None
+            text = _dumps(_finite(row))
+        values.append(text.encode())
+    return values
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, default=_json_default, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinity in ``value`` (at any depth), or ``None``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _non_finite(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _non_finite_message(row: dict[str, Any], number: int) -> str:
+    for column, value in row.items():
+        found = _non_finite(value)
+        if found is not None:
+            shown = "NaN" if math.isnan(found) else ("Infinity" if found > 0 else "-Infinity")
+            return (
+                f"value_format='json': column {column!r} of row {number} holds {shown}, which "
+                "JSON cannot represent (strict JSON readers refuse it); clean or filter the "
+                "data, or pass json_non_finite='null' to write null instead"
+            )
+    return f"value_format='json': row {number} cannot be written as JSON"
 
 
 def _bytes_column(column: pa.Array) -> list[bytes | None]:

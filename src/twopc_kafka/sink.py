@@ -53,7 +53,12 @@ from twopc_kafka._inspect import open_transactions
 from twopc_kafka._marker_log import MarkerLog, marker_record
 from twopc_kafka._markers import Markers, marker_lifetime_seconds
 from twopc_kafka._options import MODES, KafkaOptions
-from twopc_kafka._produce import KafkaTransaction, produce_all, require_topics
+from twopc_kafka._produce import (
+    KafkaTransaction,
+    check_partitions,
+    produce_all,
+    require_topics,
+)
 from twopc_kafka._records import RowSerializer, record_columns
 from twopc_kafka._registry import SerializerServiceError, redact_url
 
@@ -98,6 +103,10 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             ``serialize(row: dict, topic: str) -> bytes``, used for every row instead of
             ``value_format`` (for serializers twopc does not build itself). It is imported
             in each task, so a client it holds is created where it is used.
+        json_non_finite: what a ``json`` value does with NaN and infinities, which JSON
+            cannot hold (``json`` would write ``NaN``, which strict readers refuse):
+            ``"error"`` (default) fails the batch naming the row and column, ``"null"``
+            writes ``null``.
         schema_registry_url: the registry's base URL (Confluent REST API), for
             ``value_format="avro"`` or ``"protobuf"``.
         value_schema: the Avro schema as JSON text, or the Protobuf message class as
@@ -135,6 +144,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
         value_format: str = "json",
         key_column: str | None = None,
         value_serializer: str | None = None,
+        json_non_finite: str = "error",
         schema_registry_url: str | None = None,
         value_schema: str | None = None,
         schema_registry_config: dict[str, Any] | None = None,
@@ -154,6 +164,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             value_format=value_format,
             key_column=key_column,
             value_serializer=value_serializer,
+            json_non_finite=json_non_finite,
             schema_registry_url=schema_registry_url,
             value_schema=value_schema,
             schema_registry_config=schema_registry_config,
@@ -172,6 +183,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
         self.value_format = options.value_format
         self.key_column = options.key_column
         self.value_serializer = options.value_serializer
+        self.json_non_finite = options.json_non_finite
         self.registry = options.registry
         self._serializer: RowSerializer | None = None
         self.marker_topic = options.marker_topic
@@ -191,7 +203,8 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             MarkerLog(self.clients, self.marker_log_topic) if self.marker_log_topic else None
         )
         self.single_task = self.mode == "atomic"  # one transaction per micro-batch
-        self._known_topics: set[str] = set()
+        self._known_topics: dict[str, int] = {}
+        """The cluster's topics and their partition counts, as last read."""
         self._swept_prefix = False
         # transactional ids this process has fenced (aborting their open transaction)
         self._probed: set[str] = set()
@@ -215,7 +228,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_known_topics"] = set()
+        state["_known_topics"] = {}
         state["_serializer"] = None
         state["_probed"] = set()
         return state
@@ -293,15 +306,25 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
         """Fail clearly on a missing topic instead of letting the broker auto-create it."""
         if topic in self._known_topics:
             return
-        try:
-            metadata = self.clients.admin().list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise error(exc, f"cannot read metadata from {self.bootstrap_servers}") from exc
-        self._known_topics = set(metadata.topics)
+        self._read_topics()
         if topic not in self._known_topics:
             raise PermanentSinkError(
                 f"topic {topic!r} does not exist on {self.bootstrap_servers}; create it first"
             )
+
+    def _read_topics(self) -> None:
+        """The cluster's topics and partition counts (listing all topics never creates one)."""
+        try:
+            metadata = self.clients.admin().list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise error(exc, f"cannot read metadata from {self.bootstrap_servers}") from exc
+        self._known_topics = {name: len(t.partitions) for name, t in metadata.topics.items()}
+
+    def _partition_count(self, topic: str, refresh: bool) -> int:
+        """How many partitions ``topic`` has; read from the brokers again with ``refresh``."""
+        if refresh or topic not in self._known_topics:
+            self._read_topics()
+        return self._known_topics.get(topic, 0)
 
     def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         if txn.skip:
@@ -320,6 +343,8 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
                 serializer,
                 self.topic or "",
                 serializer_label=label,
+                json_non_finite=self.json_non_finite,
+                first_row=txn.rows,
             )
         except ValueError as exc:
             raise PermanentSinkError(str(exc)) from exc
@@ -328,6 +353,7 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             raise kind(str(exc)) from exc
         for topic in sorted(require_topics(txn, columns, self.topic)):
             self._check_topic(topic)
+        check_partitions(txn, columns, self.topic, self._partition_count)
         produce_all(txn, columns, self.topic)
         txn.producer.poll(0)
 

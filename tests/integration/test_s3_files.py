@@ -264,19 +264,28 @@ def test_the_commit_on_s3_copies_nothing(s3_store: S3Store, tmp_path: Path, comm
     assert isinstance(sink, twopc.CommitsOnDriver)
     client = sink.fs.s3  # type: ignore[attr-defined]
     sent: list[str] = []
+    put: list[str] = []
 
     def count(event_name: str, **_: Any) -> None:
         sent.append(event_name.rsplit(".", 1)[-1])
 
+    def record_put(params: dict[str, Any], **_: Any) -> None:
+        put.append(str(params.get("Key")))
+
     client.meta.events.register("before-call.s3", count)
+    client.meta.events.register("before-parameter-build.s3.PutObject", record_put)
     try:
         sink.commit(decision.committables)
     finally:
         client.meta.events.unregister("before-call.s3", count)
+        client.meta.events.unregister("before-parameter-build.s3.PutObject", record_put)
 
     assert len(_visible(s3_store, prefix)) == 150
+    # the only object written: the schema record of the output's first batch (a few
+    # hundred bytes), before any file becomes visible
+    assert put == [f"{prefix}/_twopc_schema"]
     if commit_by == "complete_upload":
-        assert [name for name in sent if name in DATA_WRITES] == []
+        assert [name for name in sent if name in DATA_WRITES] == ["PutObject"]
         assert sent.count("CompleteMultipartUpload") == 3
     else:
         assert sent.count("CopyObject") + sent.count("UploadPartCopy") == 3
@@ -304,3 +313,43 @@ def test_a_committable_on_s3_is_never_overwritten_by_a_second_run_of_its_attempt
     sink.commit([prepared])
     assert _visible(s3_store, prefix) == list(range(5))
     assert _open_uploads(s3_store, prefix) == []
+
+
+@pytest.mark.parametrize("commit_by", ["complete_upload", "move"])
+def test_batches_whose_columns_readers_cannot_merge_are_refused_on_s3(
+    s3_store: S3Store, tmp_path: Path, commit_by: str
+) -> None:
+    """Partitions of a batch that disagree on a column's type, then a batch that disagrees
+    with what the output holds: refused, nothing of them visible, no upload left open; a
+    batch that adds a column commits, and pyarrow reads every file with the unified
+    schema."""
+    prefix = f"schema-{uuid.uuid4().hex[:8]}"
+
+    def run(batch: int, *parts: pa.Table) -> Any:
+        coordinator = Coordinator(_sink(s3_store, prefix, commit_by), "orders", CommitLog(log))
+        return coordinator.run_batch(QUERY, batch, LocalEngine(list(parts), processes=False))
+
+    log = str(tmp_path / "log")
+    ids = pa.array([1, 2])
+    assert run(0, pa.table({"id": ids, "n": pa.array([1, 2])})).status == "committed"
+    with pytest.raises(twopc.BatchFailedError) as split:
+        run(1, pa.table({"id": ids, "m": ["a", "b"]}), pa.table({"id": ids, "m": [1.5, 2.5]}))
+    assert "column 'm' is double in this partition but string in partition 0" in str(split.value)
+    with pytest.raises(twopc.BatchFailedError) as held:
+        run(1, pa.table({"id": ids, "n": ["a", "b"]}))
+    assert "column 'n' is string in this batch but int64 in what the output already holds" in (
+        str(held.value)
+    )
+    assert _visible(s3_store, prefix) == [1, 2]
+    assert _open_uploads(s3_store, prefix) == []
+
+    assert run(1, pa.table({"id": pa.array([3]), "m": ["c"]})).status == "committed"
+    s3 = _arrow_s3(s3_store)
+    files = [o for o in _all_objects(s3_store, prefix) if o.endswith(".parquet") and "/_" not in o]
+    schema = pa.unify_schemas([ds.dataset(f, filesystem=s3).schema for f in files])
+    table = ds.dataset(files, filesystem=s3, format="parquet", schema=schema).to_table()
+    assert sorted(table.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "n": 1, "m": None},
+        {"id": 2, "n": 2, "m": None},
+        {"id": 3, "n": None, "m": "c"},
+    ]

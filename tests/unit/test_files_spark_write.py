@@ -118,7 +118,6 @@ def test_a_missing_partition_column_is_bad_input(tmp_path: Path) -> None:
             {"maxRecordsPerFile": "1000", "x": "true"},
         ),
         ("orc", {"compression": "uncompressed"}, {}, {"compression": "none"}),
-        ("json", {"anything": 1}, {}, {}),
     ],
 )
 def test_options_for_sparks_writer(
@@ -153,7 +152,7 @@ def test_write_options_without_a_counterpart_stay_on_the_python_path() -> None:
         ("{tmp}", {"format": "arrow"}, "format 'arrow' is not one Spark's writer writes"),
         ("{tmp}", {"write_path": "python"}, "write_path='python'"),
         ("{tmp}", {"target_file_size": 4096}, "does not roll files by size"),
-        ("{tmp}", {"write_options": {"row_group_size": 5}}, "['row_group_size']"),
+        ("{tmp}", {"write_options": {"use_dictionary": False}}, "['use_dictionary']"),
         ("memory://x/out", {}, "memory:// is a filesystem Spark (Hadoop) does not reach"),
         ("s3://bucket/out", {"commit_by": "move"}, "every rename is a copy"),
         ("s3://bucket/out", {}, "every rename is a copy"),
@@ -220,7 +219,10 @@ def test_orc_and_forced_spark_are_refused_by_python_tasks(tmp_path: Path) -> Non
 def test_format_twopc_refuses_a_sink_that_insists_on_sparks_writer(
     tmp_path: Path, streaming: bool, option: tuple[str, str]
 ) -> None:
-    from twopc._datasource import _Setup
+    try:
+        from twopc._datasource import _Setup
+    except ImportError as exc:  # PySpark 4.0 (scripts/lowest-versions): no Arrow stream writers
+        pytest.skip(f'format("twopc") needs PySpark 4.1 or newer: {exc}')
 
     options = {"sink": "files", "sink_id": "o", "path": str(tmp_path), option[0]: option[1]}
     with pytest.raises(ConfigurationError, match=re.escape('format("twopc") writes in Python')):

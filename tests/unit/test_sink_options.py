@@ -329,8 +329,8 @@ def test_files_unknown_option() -> None:
         typed_options("files", _load("files"), {"path": "/p", "compression": "zstd"})
     assert str(info.value) == (
         "the files backend has no option 'compression'; its options are: batch_log, "
-        "batch_log_scheme, commit_by, format, partition_by, path, spark_options, "
-        "storage_options, target_file_size, write_options, write_path"
+        "batch_log_scheme, check_schemas, commit_by, format, json_non_finite, partition_by, "
+        "path, spark_options, storage_options, target_file_size, write_options, write_path"
     )
 
 
