@@ -68,6 +68,7 @@ from twopc import (
     WorkKind,
     WriterRecord,
 )
+from twopc.retrying import POLLING
 from twopc_jdbc._evolution import TableColumn, new_columns
 from twopc_jdbc._options import (
     TIMEOUTS,
@@ -642,6 +643,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
         attempt or, if that one failed too, fails the batch, whose restart aborts what
         nothing decided."""
         started = time.monotonic()
+        pauses = POLLING.delays()
         while True:
             siblings = self._prepared_siblings(ctx.sink_id, ctx)
             if not siblings:
@@ -666,7 +668,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
                     "task still run holding prepared work after "
                     f"{self.options.lock_timeout_seconds:g} s; this attempt gives way"
                 )
-            time.sleep(0.2)
+            time.sleep(next(pauses))
 
     def _roll_back_failed_attempt(self, ctx: TaskContext, committable: Committable) -> None:
         xid = TransactionId.for_committable(committable)

@@ -8,16 +8,15 @@ micro-batch on Spark's ``local[*]``, which does not retry tasks.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["COORDINATOR_BUSY", "retry_while_coordinator_busy"]
+from twopc.retrying import retry_while
 
-_log = logging.getLogger(__name__)
+__all__ = ["COORDINATOR_BUSY", "retry_while_coordinator_busy"]
 
 T = TypeVar("T")
 
@@ -38,17 +37,16 @@ def retry_while_coordinator_busy(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> T:
-    """Run ``call``; while it raises a coordinator-busy error, retry with backoff until
-    ``timeout`` seconds have passed, then raise the last error. Other errors raise at once."""
-    deadline = clock() + timeout
-    delay = 0.1
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if error is None or error.code() not in COORDINATOR_BUSY or clock() + delay > deadline:
-                raise
-            _log.info("%s: group coordinator not ready (%s); retrying", what, error.name())
-        sleep(delay)
-        delay = min(delay * 2, 2.0)
+    """Run ``call``; while it raises a coordinator-busy error, retry with twopc's backoff
+    (:data:`twopc.retrying.POLLING`: exponential, with jitter) until ``timeout`` seconds
+    have passed, then raise the last error. Other errors raise at once."""
+    return retry_while(
+        call, _coordinator_busy, timeout=timeout, what=what, sleep=sleep, clock=clock
+    )
+
+
+def _coordinator_busy(exc: Exception) -> bool:
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return (
+        isinstance(exc, KafkaException) and error is not None and error.code() in COORDINATOR_BUSY
+    )

@@ -10,7 +10,6 @@ refused instead of overwritten.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -30,6 +29,7 @@ from twopc import (
     SourceOffsets,
     TransientSinkError,
 )
+from twopc.retrying import retry_while
 from twopc_kafka._clients import KafkaClients
 
 __all__ = ["ConsumerGroup"]
@@ -202,19 +202,20 @@ class ConsumerGroup(ProgressReporter):
         """The answer about this group of the admin client's ``method`` called with
         ``[request]``; a group coordinator that is moving or still loading (right after a
         broker start) is asked again until the timeout."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                futures = getattr(self._admin_client(), method)(
-                    [request], request_timeout=self.timeout
-                )
-                return futures[self.group_id].result(self.timeout)
-            except (KafkaException, FutureTimeout) as exc:
-                error = exc.args[0] if exc.args else None
-                moving = isinstance(error, KafkaError) and error.code() in _COORDINATOR_MOVING
-                if not moving or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
+
+        def ask() -> Any:
+            futures = getattr(self._admin_client(), method)([request], request_timeout=self.timeout)
+            return futures[self.group_id].result(self.timeout)
+
+        def moving(exc: Exception) -> bool:
+            error = exc.args[0] if exc.args else None
+            return (
+                isinstance(exc, KafkaException)
+                and isinstance(error, KafkaError)
+                and error.code() in _COORDINATOR_MOVING
+            )
+
+        return retry_while(ask, moving, timeout=self.timeout, what=f"asking group {self.group_id}")
 
     def _members(self) -> list[str]:
         try:
