@@ -185,7 +185,7 @@ class RegistryOptions:
             raise ConfigurationError(
                 redact_url(f"kafka sink: schema registry settings rejected: {exc}")
             ) from exc
-        client.close()
+        _close(client)
 
     def __repr__(self) -> str:
         safe = {k: ("***" if _is_secret(k) else v) for k, v in self.client_config.items()}
@@ -274,7 +274,7 @@ class RegistryOptions:
 
                 serializer = ProtobufSerializer(self._message_class(), client, conf=conf)
         except BaseException:
-            client.close()
+            _close(client)
             raise
         return serializer, client
 
@@ -345,6 +345,15 @@ class _RowSerializer:
         return data
 
 
+def _close(client: Any) -> None:
+    """Close a registry client's HTTP session.
+
+    ``SchemaRegistryClient.close()`` arrived in confluent-kafka 2.16; its context-manager exit
+    does the same in every release twopc supports.
+    """
+    client.__exit__(None, None, None)
+
+
 def _is_conflict(exc: BaseException) -> bool:
     return getattr(exc, "http_status_code", None) == 409 and type(exc).__module__.startswith(
         "confluent_kafka.schema_registry"
@@ -368,5 +377,5 @@ def _close_clients() -> None:
     with _LOCK:
         for cached in _SERIALIZERS.values():
             if cached.pid == os.getpid():
-                cached.client.close()
+                _close(cached.client)
         _SERIALIZERS.clear()

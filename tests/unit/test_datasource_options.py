@@ -20,13 +20,21 @@ import pytest
 from twopc import ConfigurationError
 from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
 from twopc._checkpoint import query_id_of
-from twopc._datasource import TwopcDataSource, _Setup
+
+try:
+    from twopc._datasource import TwopcDataSource, _Setup
+except ImportError as exc:  # PySpark 4.0 (scripts/lowest-versions): no Arrow stream writers
+    _NO_DATASOURCE: str | None = f'format("twopc") needs PySpark 4.1 or newer: {exc}'
+else:
+    _NO_DATASOURCE = None
 from twopc.errors import BackendNotFoundError
 from twopc.storage import join
 from twopc.testing._memory import MemoryDriverSink, MemoryTaskSink
 from twopc_files.sink import FilesSink
 
 pytestmark = pytest.mark.unit
+# The batch-write checks (write_batch's too) and query_id_of run on PySpark 4.0 as well.
+needs_datasource = pytest.mark.skipif(_NO_DATASOURCE is not None, reason=_NO_DATASOURCE or "")
 
 QUERY_ID = "8f14e45f-ceea-467f-a0e6-1f2a3b4c5d6e"
 
@@ -49,6 +57,7 @@ def _files(tmp_path: Path, **extra: str) -> dict[str, str]:
 # -- the backend and the sink id -------------------------------------------------------------
 
 
+@needs_datasource
 @pytest.mark.parametrize("streaming", [True, False])
 def test_no_sink_option(tmp_path: Path, streaming: bool) -> None:
     options = _files(tmp_path)
@@ -59,22 +68,26 @@ def test_no_sink_option(tmp_path: Path, streaming: bool) -> None:
     assert '.option("sink_id"' in str(info.value)
 
 
+@needs_datasource
 def test_empty_sink_option(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r'\.option\("sink", '):
         _Setup.from_options(_files(tmp_path, sink=""), streaming=True)
 
 
+@needs_datasource
 def test_unknown_backend(tmp_path: Path) -> None:
     with pytest.raises(BackendNotFoundError, match="no twopc backend named 'nope'"):
         _Setup.from_options(_files(tmp_path, sink="nope"), streaming=True)
 
 
+@needs_datasource
 @pytest.mark.parametrize("sink_id", ["", "-orders", "a/b", "with space", "x" * 65, "ü"])
 def test_invalid_sink_id(tmp_path: Path, sink_id: str) -> None:
     with pytest.raises(ConfigurationError, match="invalid sink_id"):
         _Setup.from_options(_files(tmp_path, sink_id=sink_id), streaming=True)
 
 
+@needs_datasource
 def test_missing_sink_id(tmp_path: Path) -> None:
     options = _files(tmp_path)
     del options["sink_id"]
@@ -82,6 +95,7 @@ def test_missing_sink_id(tmp_path: Path) -> None:
         _Setup.from_options(options, streaming=True)
 
 
+@needs_datasource
 def test_own_option_keys_any_case(tmp_path: Path) -> None:
     options = {
         "SINK": "files",
@@ -97,6 +111,7 @@ def test_own_option_keys_any_case(tmp_path: Path) -> None:
 # -- streaming -------------------------------------------------------------------------------
 
 
+@needs_datasource
 def test_streaming_reads_the_query_id_from_the_checkpoint(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path)
     setup = _Setup.from_options(_files(tmp_path, checkpointLocation=checkpoint), streaming=True)
@@ -108,6 +123,7 @@ def test_streaming_reads_the_query_id_from_the_checkpoint(tmp_path: Path) -> Non
     assert setup.sink.path == str(tmp_path / "out")
 
 
+@needs_datasource
 def test_streaming_files_commit_log_defaults_next_to_the_data(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(tmp_path, checkpointLocation=_checkpoint(tmp_path)), streaming=True
@@ -117,6 +133,7 @@ def test_streaming_files_commit_log_defaults_next_to_the_data(tmp_path: Path) ->
     assert not setup.commit_log_options  # the sink's own storage options: none
 
 
+@needs_datasource
 def test_explicit_commit_log_wins(tmp_path: Path) -> None:
     log = str(tmp_path / "log")
     setup = _Setup.from_options(
@@ -127,6 +144,7 @@ def test_explicit_commit_log_wins(tmp_path: Path) -> None:
     assert setup.commit_log_options is None
 
 
+@needs_datasource
 def test_commit_log_options_json_object(tmp_path: Path) -> None:
     log = str(tmp_path / "log")
     setup = _Setup.from_options(
@@ -137,6 +155,7 @@ def test_commit_log_options_json_object(tmp_path: Path) -> None:
     assert setup.commit_log_options == {"auto_mkdir": True}
 
 
+@needs_datasource
 def test_commit_log_options_with_the_files_default_log(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(tmp_path, COMMIT_LOG_OPTIONS='{"auto_mkdir": false}'), streaming=True
@@ -145,12 +164,14 @@ def test_commit_log_options_with_the_files_default_log(tmp_path: Path) -> None:
     assert setup.commit_log_options == {"auto_mkdir": False}
 
 
+@needs_datasource
 @pytest.mark.parametrize("text", ["[1, 2]", "{oops", "3", '"text"', "null"])
 def test_commit_log_options_must_be_a_json_object(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigurationError, match="option 'commit_log_options' must be a JSON"):
         _Setup.from_options(_files(tmp_path, commit_log_options=text), streaming=True)
 
 
+@needs_datasource
 def test_empty_commit_log_options_are_none(tmp_path: Path) -> None:
     log = str(tmp_path / "log")
     setup = _Setup.from_options(
@@ -159,6 +180,7 @@ def test_empty_commit_log_options_are_none(tmp_path: Path) -> None:
     assert setup.commit_log_options is None
 
 
+@needs_datasource
 def test_streaming_without_checkpoint(tmp_path: Path) -> None:
     setup = _Setup.from_options(_files(tmp_path), streaming=True)
     assert setup.query_id is None
@@ -166,12 +188,14 @@ def test_streaming_without_checkpoint(tmp_path: Path) -> None:
     assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
 
 
+@needs_datasource
 def test_streaming_empty_checkpoint_option(tmp_path: Path) -> None:
     setup = _Setup.from_options(_files(tmp_path, checkpointLocation=""), streaming=True)
     assert setup.checkpoint is None
     assert setup.query_id is None
 
 
+@needs_datasource
 def test_streaming_checkpoint_without_metadata(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, query_id=None)
     setup = _Setup.from_options(_files(tmp_path, checkpointLocation=checkpoint), streaming=True)
@@ -179,6 +203,7 @@ def test_streaming_checkpoint_without_metadata(tmp_path: Path) -> None:
     assert setup.query_id is None
 
 
+@needs_datasource
 @pytest.mark.parametrize(
     ("metadata", "why"),
     [
@@ -209,12 +234,14 @@ def test_a_streaming_writer_says_why_the_set_checkpoint_gives_no_query_id(
     assert refused.value.sink_id == "orders"
 
 
+@needs_datasource
 def test_a_streaming_writer_without_a_checkpoint_asks_for_the_option(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError) as refused:
         TwopcDataSource(_files(tmp_path)).streamWriter(None, False)
     assert 'set .option("checkpointLocation", ...) on the writeStream' in str(refused.value)
 
 
+@needs_datasource
 def test_streaming_ignores_write_id(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(tmp_path, checkpointLocation=_checkpoint(tmp_path), write_id="5"), streaming=True
@@ -226,6 +253,7 @@ def test_streaming_ignores_write_id(tmp_path: Path) -> None:
 # -- batch -----------------------------------------------------------------------------------
 
 
+@needs_datasource
 def test_batch_write(tmp_path: Path) -> None:
     setup = _Setup.from_options(_files(tmp_path, write_id="2026-11-25"), streaming=False)
     assert setup.batch_id == BATCH_ID
@@ -234,12 +262,14 @@ def test_batch_write(tmp_path: Path) -> None:
     assert setup.commit_log == join(str(tmp_path / "out"), "_twopc", "orders")
 
 
+@needs_datasource
 def test_batch_query_id_ignores_the_checkpoint(tmp_path: Path) -> None:
     options = _files(tmp_path, write_id="1", checkpointLocation=_checkpoint(tmp_path))
     setup = _Setup.from_options(options, streaming=False)
     assert setup.query_id == batch_query_id("orders", "1") != QUERY_ID
 
 
+@needs_datasource
 @pytest.mark.parametrize("write_id", [None, "", "-1", "a b", "x" * 129, "../up"])
 def test_batch_needs_a_valid_write_id(tmp_path: Path, write_id: str | None) -> None:
     options = _files(tmp_path)
@@ -267,6 +297,7 @@ def test_write_ids_as_text() -> None:
         validate_write_id(-1, "s")
 
 
+@needs_datasource
 def test_batch_query_id_per_sink_through_options(tmp_path: Path) -> None:
     one = _Setup.from_options(_files(tmp_path, write_id="1"), streaming=False)
     two = _Setup.from_options(_files(tmp_path, sink_id="other", write_id="1"), streaming=False)
@@ -277,6 +308,7 @@ def test_batch_query_id_per_sink_through_options(tmp_path: Path) -> None:
 # -- the options the sink receives -----------------------------------------------------------
 
 
+@needs_datasource
 def test_options_are_typed_for_the_sink(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(
@@ -296,12 +328,14 @@ def test_options_are_typed_for_the_sink(tmp_path: Path) -> None:
     assert sink.write_options == {"include_header": False}
 
 
+@needs_datasource
 @pytest.mark.parametrize("streaming", [True, False])
 def test_unknown_sink_option(tmp_path: Path, streaming: bool) -> None:
     with pytest.raises(ConfigurationError, match="files backend has no option 'colour'"):
         _Setup.from_options(_files(tmp_path, colour="red", write_id="1"), streaming=streaming)
 
 
+@needs_datasource
 def test_files_needs_a_path(tmp_path: Path) -> None:
     options = _files(tmp_path)
     del options["path"]
@@ -309,6 +343,7 @@ def test_files_needs_a_path(tmp_path: Path) -> None:
         _Setup.from_options(options, streaming=True)
 
 
+@needs_datasource
 @pytest.mark.parametrize("key", ["checkpointLocation", "checkpointlocation", "CHECKPOINTLOCATION"])
 def test_checkpoint_location_is_not_a_sink_option(tmp_path: Path, key: str) -> None:
     # the files backend refuses options it does not know, so reaching it would fail
@@ -316,6 +351,7 @@ def test_checkpoint_location_is_not_a_sink_option(tmp_path: Path, key: str) -> N
     assert setup.query_id == QUERY_ID
 
 
+@needs_datasource
 def test_setup_pickles(tmp_path: Path) -> None:
     setup = _Setup.from_options(
         _files(tmp_path, checkpointLocation=_checkpoint(tmp_path)), streaming=True
@@ -372,6 +408,7 @@ def received(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
+@needs_datasource
 @pytest.mark.parametrize("streaming", [True, False])
 def test_only_sink_options_reach_the_sink(
     tmp_path: Path, received: list[dict[str, Any]], streaming: bool
@@ -391,6 +428,7 @@ def test_only_sink_options_reach_the_sink(
     assert received == [{"table": "t", "Flag": "true"}]
 
 
+@needs_datasource
 def test_commit_log_under_the_checkpoint_without_a_sink_default(
     tmp_path: Path, received: list[dict[str, Any]]
 ) -> None:
@@ -403,11 +441,13 @@ def test_commit_log_under_the_checkpoint_without_a_sink_default(
     assert received == [{"store": "datasource-options", "single": False}]
 
 
+@needs_datasource
 def test_no_commit_log_anywhere(received: list[dict[str, Any]]) -> None:
     with pytest.raises(ConfigurationError, match="cannot tell where to keep the commit log"):
         _Setup.from_options({"sink": "in_task", "sink_id": "mem"}, streaming=True)
 
 
+@needs_datasource
 def test_batch_refuses_a_sink_committing_each_partition(
     tmp_path: Path, received: list[dict[str, Any]]
 ) -> None:
@@ -419,6 +459,7 @@ def test_batch_refuses_a_sink_committing_each_partition(
     assert _Setup.from_options(options, streaming=True).batch_id is None
 
 
+@needs_datasource
 @pytest.mark.parametrize(("streaming", "advice"), [(True, "foreach_batch"), (False, "write_batch")])
 def test_single_task_sinks_are_refused(
     tmp_path: Path, received: list[dict[str, Any]], streaming: bool, advice: str
@@ -437,6 +478,7 @@ def test_single_task_sinks_are_refused(
     assert received == [{"store": "datasource-options", "single": True}]
 
 
+@needs_datasource
 def test_batch_accepts_a_sink_committing_on_the_driver(
     tmp_path: Path, received: list[dict[str, Any]]
 ) -> None:
@@ -525,6 +567,7 @@ def test_check_batch_sink_refuses_a_non_sink() -> None:
 # -- the progress group ------------------------------------------------------------------------
 
 
+@needs_datasource
 def test_progress_group_options_build_a_consumer_group_for_streaming_only(tmp_path: Path) -> None:
     options = _files(
         tmp_path,
@@ -557,6 +600,7 @@ def test_progress_group_options_build_a_consumer_group_for_streaming_only(tmp_pa
 # -- speculation --------------------------------------------------------------------------
 
 
+@needs_datasource
 @pytest.mark.parametrize(
     ("value", "expected"), [(None, True), ("true", True), ("false", False), (" FALSE ", False)]
 )
@@ -572,6 +616,7 @@ def test_speculation_is_assumed_unless_the_query_says_it_is_off(
     assert isinstance(setup.sink, FilesSink)
 
 
+@needs_datasource
 def test_speculation_must_be_true_or_false(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="'true' or 'false'"):
         _Setup.from_options(_files(tmp_path, write_id="1", speculation="maybe"), streaming=False)

@@ -426,6 +426,12 @@ def test_inspect_shows_prepared_work_and_a_crashed_attempt_as_unprepared(
     assert pending[0].committable == prepared
 
 
+@pytest.mark.skipif(
+    tuple(int(part) for part in fsspec.__version__.split(".")[:2]) < (2026, 7),
+    reason="before fsspec 2026.7 the memory filesystem globs by listing every directory, so "
+    "the directory this test makes unlistable also hides the attempt under it from the glob "
+    "(the sweep still passes over the directory; scripts/lowest-versions)",
+)
 def test_sweep_passes_over_a_listed_directory_that_cannot_be_listed(
     memory_target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
