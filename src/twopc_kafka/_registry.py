@@ -23,12 +23,12 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from twopc import BackendNotInstalledError, ConfigurationError
+from twopc.retrying import RetryPolicy, retry_while
 
 __all__ = [
     "REGISTRY_FORMATS",
@@ -55,7 +55,9 @@ _USERINFO = re.compile(r"//[^/@\s]+@")
 # client libraries whose exceptions mean "the HTTP request did not get an answer"
 _HTTP_LIBRARIES = frozenset({"httpx", "httpx2", "requests", "urllib3", "httpcore"})
 # tries of one value when the registry answers 409 (see _RowSerializer)
-_CONFLICT_ATTEMPTS = 3
+_CONFLICT_RETRIES = RetryPolicy(max_attempts=3, initial_backoff_seconds=0.1)
+"""A subject registered by two tasks at once: the loser asks again, twice at most."""
+_CONFLICT_TIMEOUT_SECONDS = 30.0
 
 
 class SerializerServiceError(Exception):
@@ -325,21 +327,22 @@ class _RowSerializer:
         # Protobuf: a null column leaves the field unset (its default value).
         value: Any = row if self._message_class is None else self._message_class(**row)
         context = self._context_type(topic, self._value_field)
-        for attempt in range(_CONFLICT_ATTEMPTS):
-            try:
-                data = self._serializer(value, context)
-                break
-            except Exception as exc:
-                if _is_conflict(exc) and attempt + 1 < _CONFLICT_ATTEMPTS:
-                    # Apicurio answers 409 "artifact already exists" to the loser of two
-                    # tasks registering a new subject at once; asked again it returns the
-                    # id. A truly incompatible schema gets 409 again and fails below.
-                    time.sleep(0.1 * (attempt + 1))
-                    continue
-                failure = registry_failure(exc, self._url)
-                if failure is not None:
-                    raise failure from exc
-                raise
+        try:
+            # Apicurio answers 409 "artifact already exists" to the loser of two tasks
+            # registering a new subject at once; asked again it returns the id. A truly
+            # incompatible schema gets 409 again and fails below.
+            data: bytes | None = retry_while(
+                lambda: self._serializer(value, context),
+                _is_conflict,
+                timeout=_CONFLICT_TIMEOUT_SECONDS,
+                what=f"registering the value schema of topic {topic!r}",
+                policy=_CONFLICT_RETRIES,
+            )
+        except Exception as exc:
+            failure = registry_failure(exc, self._url)
+            if failure is not None:
+                raise failure from exc
+            raise
         if data is None:  # only for a None value, which a row never is
             raise ValueError("the serializer returned no value")
         return data
