@@ -765,8 +765,13 @@ class MySQLSink(SqlSink):
                     f"t.{quote_identifier(k)} = w.{quote_identifier(k)}"
                     for k in options.key_columns
                 )
+                # The batch's rows first, then the target by key (STRAIGHT_JOIN fixes the
+                # order): a plan that scans the target instead (MariaDB picks one for a
+                # small table) takes locks on every row, and waits on the rows a sibling
+                # partition's prepared XA branch holds until the batch fails (issue 30).
                 cursor.execute(
-                    f"DELETE t FROM {target} AS t JOIN ({winners}) AS w ON {match} WHERE w.{flag}"
+                    f"DELETE t FROM ({winners}) AS w STRAIGHT_JOIN {target} AS t "
+                    f"ON {match} WHERE w.{flag}"
                 )
             keep = f" WHERE NOT COALESCE(w.{flag}, FALSE)" if flag else ""
             insert = (
