@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import math
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+from twopc.strict_json import NON_FINITE_CHOICES, non_finite_problem, without_non_finite
 
 __all__ = [
     "FORMATS",
@@ -30,7 +31,7 @@ FORMATS: dict[str, str] = {
 }
 """Supported formats and the file extension each one writes."""
 
-JSON_NON_FINITE = ("error", "null")
+JSON_NON_FINITE = NON_FINITE_CHOICES
 """What ``format="json"`` does with NaN and infinities, which JSON cannot hold: refuse the
 batch (the default), or write ``null`` in their place."""
 
@@ -117,7 +118,7 @@ class _JsonLinesWriter(FormatWriter):
         except ValueError:  # a float JSON cannot hold
             if self._non_finite != "null":
                 raise NonFiniteValueError("NaN or an infinity") from None
-            return _dumps(_finite(row))
+            return _dumps(without_non_finite(row))
 
     def bytes_written(self) -> int:
         return self._written
@@ -129,45 +130,13 @@ def _dumps(row: dict[str, Any]) -> str:
     )
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN and infinity, at any depth, replaced by ``None``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _non_finite(value: Any) -> float | None:
-    """The first NaN or infinity in ``value`` (at any depth), or ``None``."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else value
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list | tuple):
-        for item in value:
-            found = _non_finite(item)
-            if found is not None:
-                return found
-    return None
-
-
 def non_finite_message(batch: pa.RecordBatch, first_row: int) -> str:
     """Which column of which row holds the first NaN or infinity of ``batch`` (its rows
     numbered from ``first_row``), and what to do."""
     for index, row in enumerate(batch.to_pylist()):
-        for column, value in row.items():
-            found = _non_finite(value)
-            if found is not None:
-                shown = "NaN" if math.isnan(found) else ("Infinity" if found > 0 else "-Infinity")
-                return (
-                    f"format='json': column {column!r} of row {first_row + index} holds "
-                    f"{shown}, which JSON cannot represent (strict JSON readers refuse it); "
-                    "clean or filter the data, or pass json_non_finite='null' to write null "
-                    "instead"
-                )
+        problem = non_finite_problem(row, first_row + index)
+        if problem is not None:
+            return f"format='json': {problem}"
     return "format='json': a row holds NaN or an infinity, which JSON cannot represent"
 
 

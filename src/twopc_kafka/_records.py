@@ -18,13 +18,13 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from twopc.strict_json import NON_FINITE_CHOICES, non_finite_problem, without_non_finite
 from twopc_kafka._registry import REGISTRY_FORMATS, SerializerServiceError, registry_failure
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 VALUE_FORMATS = ("json", "string", "bytes", *REGISTRY_FORMATS)
-JSON_NON_FINITE = ("error", "null")
+JSON_NON_FINITE = NON_FINITE_CHOICES
 """What a ``json`` value does with NaN and infinities, which JSON cannot hold: refuse the
 row (the default), or write ``null`` in their place."""
 _SPARK_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
@@ -188,7 +188,7 @@ def _json_values(rows: list[dict[str, Any]], non_finite: str, first_row: int) ->
         except ValueError:  # a float JSON cannot hold
             if non_finite != "null":
                 raise ValueError(_non_finite_message(row, first_row + index)) from None
-            text = _dumps(_finite(row))
+            text = _dumps(without_non_finite(row))
         values.append(text.encode())
     return values
 
@@ -197,42 +197,9 @@ def _dumps(value: object) -> str:
     return json.dumps(value, default=_json_default, separators=(",", ":"), allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN and infinity, at any depth, replaced by ``None``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _non_finite(value: Any) -> float | None:
-    """The first NaN or infinity in ``value`` (at any depth), or ``None``."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else value
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list | tuple):
-        for item in value:
-            found = _non_finite(item)
-            if found is not None:
-                return found
-    return None
-
-
 def _non_finite_message(row: dict[str, Any], number: int) -> str:
-    for column, value in row.items():
-        found = _non_finite(value)
-        if found is not None:
-            shown = "NaN" if math.isnan(found) else ("Infinity" if found > 0 else "-Infinity")
-            return (
-                f"value_format='json': column {column!r} of row {number} holds {shown}, which "
-                "JSON cannot represent (strict JSON readers refuse it); clean or filter the "
-                "data, or pass json_non_finite='null' to write null instead"
-            )
-    return f"value_format='json': row {number} cannot be written as JSON"
+    problem = non_finite_problem(row, number) or f"row {number} cannot be written as JSON"
+    return f"value_format='json': {problem}"
 
 
 def _bytes_column(column: pa.Array) -> list[bytes | None]:
