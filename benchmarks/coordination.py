@@ -56,16 +56,15 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 import twopc
+from twopc._internal import (
+    BatchRun,
+    CommitPath,
+    Coordinator,
+    Decision,
+    Phase1Task,
+    commit_log_module,
+)
 from twopc.local import LocalEngine
-
-try:  # v2
-    from twopc._coordinator import Coordinator
-    from twopc._paths import CommitPath
-except ImportError:  # pragma: no cover - 0.1 exported it
-    Coordinator = twopc.Coordinator  # type: ignore[attr-defined]
-
-_V2 = hasattr(twopc, "CommitsOnDriver")
-_ROLE: tuple[type, ...] = (twopc.CommitsOnDriver,) if _V2 else ()
 
 
 @dataclass
@@ -74,20 +73,16 @@ class _Txn:
     rows: int = 0
 
 
-if _V2:
-
-    @dataclass(frozen=True)
-    class _Rows(twopc.Payload):
-        version: ClassVar[int] = 1
-        rows: int
+@dataclass(frozen=True)
+class _Rows(twopc.Payload):
+    version: ClassVar[int] = 1
+    rows: int
 
 
-class NullSink(twopc.Sink[_Txn], *_ROLE):  # type: ignore[misc]
+class NullSink(twopc.Sink[_Txn], twopc.CommitsOnDriver):
     """Counts rows, writes nothing: what remains is the coordinator's cost."""
 
     backend_name = "null"
-    if not _V2:  # pragma: no cover - 0.1
-        capabilities = twopc.Capabilities(global_commit=True, recover=True)  # type: ignore[attr-defined]
 
     def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
         return _Txn(ctx)
@@ -96,9 +91,7 @@ class NullSink(twopc.Sink[_Txn], *_ROLE):  # type: ignore[misc]
         txn.rows += batch.num_rows
 
     def pre_commit(self, txn: _Txn) -> twopc.Committable:
-        if _V2:
-            return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
-        return twopc.Committable.for_task(txn.ctx, {"rows": txn.rows})  # type: ignore[arg-type]
+        return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
 
     def abort(self, txn: _Txn) -> None:
         return None
@@ -113,32 +106,30 @@ class NullSink(twopc.Sink[_Txn], *_ROLE):  # type: ignore[misc]
         return []
 
 
-if _V2:
+class NullTaskSink(twopc.Sink[_Txn], twopc.CommitsInTask[_Txn]):
+    """Commits nothing in the task; keeps no markers: the in-task path's own cost."""
 
-    class NullTaskSink(twopc.Sink[_Txn], twopc.CommitsInTask[_Txn]):
-        """Commits nothing in the task; keeps no markers: the in-task path's own cost."""
+    backend_name = "null-task"
 
-        backend_name = "null-task"
+    def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
+        return _Txn(ctx)
 
-        def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
-            return _Txn(ctx)
+    def invoke(self, txn: _Txn, batch: pa.RecordBatch) -> None:
+        txn.rows += batch.num_rows
 
-        def invoke(self, txn: _Txn, batch: pa.RecordBatch) -> None:
-            txn.rows += batch.num_rows
+    def pre_commit(self, txn: _Txn) -> twopc.Committable:
+        return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
 
-        def pre_commit(self, txn: _Txn) -> twopc.Committable:
-            return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
+    def abort(self, txn: _Txn) -> None:
+        return None
 
-        def abort(self, txn: _Txn) -> None:
-            return None
+    def commit_in_task(self, txn: _Txn) -> twopc.CommitOutcome:
+        return twopc.CommitOutcome.COMMITTED
 
-        def commit_in_task(self, txn: _Txn) -> twopc.CommitOutcome:
-            return twopc.CommitOutcome.COMMITTED
-
-        def committed_partitions(
-            self, scope: twopc.RecoveryScope, batch_id: int, footprint: twopc.Footprint
-        ) -> set[int] | None:
-            return set()
+    def committed_partitions(
+        self, scope: twopc.RecoveryScope, batch_id: int, footprint: twopc.Footprint
+    ) -> set[int] | None:
+        return set()
 
 
 def _partitions(batch_id: int, partitions: int, rows: int) -> list[pa.Table]:
@@ -170,9 +161,9 @@ def _counting_log_calls(log: Any) -> Iterator[Counter[str]]:
 
     for name, call in originals.items():
         setattr(fs, name, counted(name, call))
-    # newer versions list a local log directory with os.listdir, past fsspec
-    # (twopc._commit_log._list_names): count those listings too
-    module: Any = sys.modules.get("twopc._commit_log")
+    # a local log directory is listed with os.listdir, past fsspec (the commit log
+    # module's _list_names): count those listings too
+    module: Any = commit_log_module()
     listed = getattr(module, "_list_names", None)
     if listed is not None:
         from twopc.storage import is_local
@@ -202,8 +193,6 @@ def _sink(name: str, work: str) -> twopc.Sink[Any]:
 
 def _fill_other_queries(log: Any, sink: twopc.Sink[Any], queries: int, batches: int = 3) -> None:
     """``queries`` earlier queries, each with ``batches`` finished batches."""
-    from twopc._commit_log import BatchRun, Decision
-
     path = CommitPath.of(sink)
     for q in range(queries):
         query_id = f"earlier-{q:03d}"
@@ -212,15 +201,6 @@ def _fill_other_queries(log: Any, sink: twopc.Sink[Any], queries: int, batches: 
             log.record_run(query_id, batch_id, run)
             log.record_decision(Decision("bench", query_id, batch_id, (), path=path))
             log.mark_done(query_id, batch_id)
-
-
-def _commit_reported() -> Callable[..., Any]:
-    """The format path's commit: a coordinator method now, a module function before."""
-    if hasattr(Coordinator, "commit_reported"):
-        return lambda c, *args: c.commit_reported(*args)
-    from twopc._reported import commit_reported  # type: ignore[import-not-found,unused-ignore]
-
-    return commit_reported  # type: ignore[no-any-return,unused-ignore]
 
 
 def _foreach_batches(
@@ -243,9 +223,6 @@ def _format_batches(
 ) -> Iterator[tuple[float, float, float]]:
     """``format("twopc")``: per batch a coordinator where the writer is planned (finishing
     decided batches), phase 1 inline, then a fresh coordinator for ``commit``."""
-    from twopc._phase1 import Phase1Task
-
-    commit = _commit_reported()
     path = CommitPath.of(sink)
     for batch_id in range(batches):
         tables = _partitions(batch_id, partitions, rows)
@@ -256,7 +233,9 @@ def _format_batches(
         task = Phase1Task(sink, "bench", "query", batch_id, path)
         reports = [task.run(p, 0, table.to_batches()) for p, table in enumerate(tables)]
         committing = time.perf_counter()
-        commit(Coordinator(sink, "bench", twopc.CommitLog(log_url)), "query", batch_id, reports)
+        Coordinator(sink, "bench", twopc.CommitLog(log_url)).commit_reported(
+            "query", batch_id, reports
+        )
         outside = planned + time.perf_counter() - committing
         yield outside * 1000, 0.0, (time.process_time() - before) * 1000
 
@@ -398,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     document = {
         "twopc": getattr(twopc, "__version__", "?"),
-        "contract": "v2" if _V2 else "v1",
+        "contract": "v2",
         "revision": _revision(),
         "results": results,
     }

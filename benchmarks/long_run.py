@@ -85,7 +85,7 @@ class _FsyncClock:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        from twopc._phase1 import Phase1Task
+        from twopc._internal import Phase1Task
 
         fsync, run = os.fsync, Phase1Task.run
         clock = self

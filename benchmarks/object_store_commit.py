@@ -41,7 +41,7 @@ import pyarrow as pa
 
 import twopc
 from twopc import CommitLog
-from twopc._coordinator import Coordinator
+from twopc._internal import Coordinator
 from twopc.local import LocalEngine
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,0 +1,24 @@
+"""The one door into the core's internals for twopc's own benchmarks (``benchmarks/``),
+which measure the coordinator below the public API: a coordinator driven by hand, phase 1's
+task, the commit log's records and its directory listings.
+
+Not an API: anything here may change with any release. It exists so that a reorganisation
+of the core's private modules changes this file, not every benchmark."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import twopc._commit_log as _commit_log
+from twopc._commit_log import BatchRun, Decision
+from twopc._coordinator import Coordinator
+from twopc._paths import CommitPath
+from twopc._phase1 import Phase1Task
+
+__all__ = ["BatchRun", "CommitPath", "Coordinator", "Decision", "Phase1Task", "commit_log_module"]
+
+
+def commit_log_module() -> ModuleType:
+    """The commit log's module, whose ``_list_names`` the coordination benchmark wraps to
+    count a local log's directory listings (they bypass fsspec)."""
+    return _commit_log
