@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-import twopc._commit_log as _commit_log
+from twopc import _commit_log
 from twopc._commit_log import BatchRun, Decision
 from twopc._coordinator import Coordinator
 from twopc._paths import CommitPath
