@@ -301,45 +301,30 @@ class MySQLSink(SqlSink):
         statement to run by hand."""
         marker = self.options.marker_table
         column = quote_identifier("attempt")
-        lock = evolution_lock_name(self.settings.database, marker)
-        wait = max(1, int(self.options.lock_timeout_seconds))
-        conn = self.connect(autocommit=True)
-        try:
-            with conn.cursor() as cursor:
-                # MariaDB waits a year for a metadata lock by default
-                cursor.execute("SET SESSION lock_wait_timeout = %s", (wait,))
-                cursor.execute("SELECT GET_LOCK(%s, %s)", (lock.text, wait))
-                row = cursor.fetchone()
-                if not row or row[0] != 1:
-                    raise TransientSinkError(
-                        f"widening the attempt column of the marker table {marker}: another "
-                        f"task held its lock for more than {wait} s"
-                    )
-                now = self._marker_attempt(cursor)
-                if now is None or now[1] not in _NARROW_ATTEMPT:
-                    return  # another task migrated it meanwhile
-                try:
-                    cursor.execute(f"ALTER TABLE {_table(marker)} MODIFY {column} BIGINT NOT NULL")
-                except pymysql.MySQLError as exc:
-                    if _code(exc) not in _ACCESS_DENIED:
-                        raise self._error(
-                            exc,
-                            f"cannot widen the attempt column of the marker table {marker} "
-                            "to BIGINT",
-                        ) from exc
-                    scrub(exc, self.settings.secrets())
-                    where = TableName(marker.name, database)
-                    raise ConfigurationError(
-                        f"the marker table {where} was created by twopc 0.2 or earlier: its "
-                        f"attempt column is {narrow.upper()}, and Spark's task attempt ids are "
-                        "longs (they pass 2**31 in a long-running application). The sink "
-                        "widens the column to BIGINT on first use, but its user may not alter "
-                        f"the table: {_message(exc)}. Have a user with the ALTER privilege "
-                        f"on it run: ALTER TABLE {_table(where)} MODIFY {column} BIGINT "
-                        "NOT NULL;"
+        what = f"widening the attempt column of the marker table {marker}"
+        with self._ddl_session(marker, what) as conn, conn.cursor() as cursor:
+            now = self._marker_attempt(cursor)
+            if now is None or now[1] not in _NARROW_ATTEMPT:
+                return  # another task migrated it meanwhile
+            try:
+                cursor.execute(f"ALTER TABLE {_table(marker)} MODIFY {column} BIGINT NOT NULL")
+            except pymysql.MySQLError as exc:
+                if _code(exc) not in _ACCESS_DENIED:
+                    raise self._error(
+                        exc,
+                        f"cannot widen the attempt column of the marker table {marker} to BIGINT",
                     ) from exc
-        finally:
-            _close_quietly(conn)  # releases the lock
+                scrub(exc, self.settings.secrets())
+                where = TableName(marker.name, database)
+                raise ConfigurationError(
+                    f"the marker table {where} was created by twopc 0.2 or earlier: its "
+                    f"attempt column is {narrow.upper()}, and Spark's task attempt ids are "
+                    "longs (they pass 2**31 in a long-running application). The sink "
+                    "widens the column to BIGINT on first use, but its user may not alter "
+                    f"the table: {_message(exc)}. Have a user with the ALTER privilege "
+                    f"on it run: ALTER TABLE {_table(where)} MODIFY {column} BIGINT "
+                    "NOT NULL;"
+                ) from exc
         _log.info("marker table %s: widened the attempt column to BIGINT", marker)
 
     def marker_exists(self, conn: Any, key: MarkerKey) -> bool:
@@ -550,24 +535,30 @@ class MySQLSink(SqlSink):
                 found[str(name)] = NumericColumn(str(shown), None, 0)
         return found
 
-    @contextlib.contextmanager
-    def evolution_session(self, txn: SqlTransaction) -> Iterator[Any]:
+    def evolution_session(self, txn: SqlTransaction) -> contextlib.AbstractContextManager[Any]:
         # DDL commits implicitly and is refused inside XA: always on a connection of its
         # own, before the task writes. GET_LOCK serializes the tasks of a batch: the first
         # adds the columns, the others find them and never ALTER a table on which a
         # prepared sibling holds its metadata lock.
+        return self._ddl_session(self.options.table, f"schema evolution of {self.options.table}")
+
+    @contextlib.contextmanager
+    def _ddl_session(self, table: TableName, what: str) -> Iterator[Any]:
+        """An autocommit connection of its own holding ``table``'s DDL lock (``GET_LOCK``,
+        released when the connection closes), for DDL that must neither end a task's XA
+        transaction nor race another task's DDL on the same table."""
         conn = self.connect(autocommit=True)
-        lock = evolution_lock_name(self.settings.database, self.options.table)
+        lock = evolution_lock_name(self.settings.database, table)
         wait = max(1, int(self.options.lock_timeout_seconds))
         try:
             with conn.cursor() as cursor:
+                # MariaDB waits a year for a metadata lock by default
                 cursor.execute("SET SESSION lock_wait_timeout = %s", (wait,))
                 cursor.execute("SELECT GET_LOCK(%s, %s)", (lock.text, wait))
                 row = cursor.fetchone()
             if not row or row[0] != 1:
                 raise TransientSinkError(
-                    f"schema evolution of {self.options.table}: another task held its lock "
-                    f"for more than {wait} s"
+                    f"{what}: another task held its lock for more than {wait} s"
                 )
             yield conn
         finally:
