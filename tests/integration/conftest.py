@@ -20,12 +20,15 @@ service that is already running is reused. Services are left running after the s
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .jdbc_support import Db, Env
 from .services import MysqlParams, ServiceControl, Services, parse_mysql_dsn
 
 
@@ -124,3 +127,27 @@ def kafka_sasl(services_cli: Services) -> dict[str, str]:
         "username": env["KAFKA_SASL_USERNAME"],
         "password": env["KAFKA_SASL_PASSWORD"],
     }
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def db(request: pytest.FixtureRequest) -> Db:
+    """Each SQL server in turn, for the modules that test both alike (a module or class
+    that tests one server defines its own ``db``)."""
+    from .test_jdbc_mysql import MariaDb
+    from .test_jdbc_postgres import PostgresDb
+
+    if request.param == "postgres":
+        return PostgresDb(request.getfixturevalue("postgres_dsn"))
+    params: MysqlParams = request.getfixturevalue("mysql_params")
+    return MariaDb(request.getfixturevalue("mysql_dsn"), params)
+
+
+@pytest.fixture
+def env(db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    """Tables, sinks and clean-up of one test on ``db``, named after the test."""
+    label = db.name[:2] + "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    env = Env(db, tmp_path, label)
+    try:
+        yield env
+    finally:
+        env.cleanup()

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -312,15 +312,6 @@ class SqlSinkCases:
     KV_NO_KEY = "id bigint, v varchar(64), n bigint"
     service: str
     """The name ``scripts/services`` knows the subclass's server by."""
-
-    @pytest.fixture
-    def env(self, db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-        label = db.name[:2] + "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-        env = Env(db, tmp_path, label)
-        try:
-            yield env
-        finally:
-            env.cleanup()
 
     # 1. round trips ---------------------------------------------------------------------
 

@@ -12,9 +12,7 @@ Option checks that need no server are in ``tests/unit/test_sql_options.py``, URL
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,6 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.integration.services import MysqlParams
 from twopc.cli import main
 from twopc.local import LocalEngine
 
@@ -44,24 +41,6 @@ from .test_jdbc_mysql import MariaDb
 from .test_jdbc_postgres import PostgresDb
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["postgres", "mariadb"])
-def db(request: pytest.FixtureRequest) -> Db:
-    if request.param == "postgres":
-        return PostgresDb(request.getfixturevalue("postgres_dsn"))
-    params: MysqlParams = request.getfixturevalue("mysql_params")
-    return MariaDb(request.getfixturevalue("mysql_dsn"), params)
-
-
-@pytest.fixture
-def env(db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-    label = db.name[:2] + "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    env = Env(db, tmp_path, label)
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 def backend(db: Db) -> str:

@@ -19,18 +19,14 @@ the table's storage (``pg_class.relfilenode``, ``information_schema.tables.creat
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import twopc
-from tests.integration.services import MysqlParams
 from twopc_jdbc._base import SqlSink
 
 from .jdbc_support import (
@@ -68,24 +64,6 @@ OLD_MARKER_DDL = {
 }
 NARROW = {"postgres": "integer", "mariadb": "int"}
 MARKER_KEY = ["sink_id", "query_id", "batch_id", "partition_id"]
-
-
-@pytest.fixture(params=["postgres", "mariadb"])
-def db(request: pytest.FixtureRequest) -> Db:
-    if request.param == "postgres":
-        return PostgresDb(request.getfixturevalue("postgres_dsn"))
-    params: MysqlParams = request.getfixturevalue("mysql_params")
-    return MariaDb(request.getfixturevalue("mysql_dsn"), params)
-
-
-@pytest.fixture
-def env(db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-    label = db.name[:2] + "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    env = Env(db, tmp_path, label)
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 # -- what the server shows --------------------------------------------------------------------

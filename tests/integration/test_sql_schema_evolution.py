@@ -9,41 +9,18 @@ written, naming the sink, batch, partition and column.
 
 from __future__ import annotations
 
-import hashlib
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import twopc
-from tests.integration.services import MysqlParams
 
 from .jdbc_support import MODES, Db, Env, assert_names_task, batch, commit, write
-from .test_jdbc_mysql import MariaDb
 from .test_jdbc_postgres import PostgresDb
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["postgres", "mariadb"])
-def db(request: pytest.FixtureRequest) -> Db:
-    if request.param == "postgres":
-        return PostgresDb(request.getfixturevalue("postgres_dsn"))
-    params: MysqlParams = request.getfixturevalue("mysql_params")
-    return MariaDb(request.getfixturevalue("mysql_dsn"), params)
-
-
-@pytest.fixture
-def env(db: Db, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-    label = db.name[:2] + "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    env = Env(db, tmp_path, label)
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 def nullable(db: Db, table: str) -> dict[str, bool]:
