@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 import twopc
+from tests.helpers import exception_texts
 from twopc.cli import main
 from twopc.local import LocalEngine
 
@@ -45,21 +46,6 @@ pytestmark = pytest.mark.integration
 
 def backend(db: Db) -> str:
     return "postgres" if isinstance(db, PostgresDb) else "mysql"
-
-
-def chain(exc: BaseException) -> list[str]:
-    """str and repr of ``exc`` and of every exception chained to it."""
-    texts: list[str] = []
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        texts += [str(current), repr(current)]
-        pending += [current.__cause__, current.__context__]
-    return texts
 
 
 def log_everything(caplog: pytest.LogCaptureFixture) -> None:
@@ -137,8 +123,8 @@ def test_a_wrong_password_with_delimiters_is_never_shown(
         assert "connection failed" in caplog.text  # psycopg's own record, at DEBUG
     assert_hidden(
         password,
-        *chain(task.value),
-        *chain(driver.value),
+        *exception_texts(task.value),
+        *exception_texts(driver.value),
         logged(caplog),
         repr(sink),
         sink.describe(),

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 import twopc
+from tests.helpers import exception_texts
 from twopc_jdbc.mysql import MySQLSink
 from twopc_jdbc.postgres import PostgresSink
 
@@ -44,21 +45,6 @@ def assert_hidden(secret: str, *texts: str) -> None:
             assert piece not in text, f"{piece!r} of the password in: {text}"
 
 
-def chain(exc: BaseException) -> list[str]:
-    """str and repr of the exception and of everything chained to it."""
-    texts: list[str] = []
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        texts += [str(current), repr(current)]
-        pending += [current.__cause__, current.__context__]
-    return texts
-
-
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize(
     ("url", "password", "problem"),
@@ -88,7 +74,7 @@ def test_an_unencoded_delimiter_in_the_password_is_refused_without_showing_it(
         with pytest.raises(twopc.ConfigurationError) as caught:
             create()
         assert str(caught.value) == f"the {backend} backend's option dsn {problem}"
-        assert_hidden(password, *chain(caught.value), caplog.text)
+        assert_hidden(password, *exception_texts(caught.value), caplog.text)
 
 
 @pytest.mark.parametrize(("backend", "kind", "scheme"), SINKS)
@@ -128,7 +114,7 @@ def test_a_malformed_url_names_the_option_and_the_part(
         kind(url.format(s=scheme), table="t")
     assert str(caught.value) == f"the {backend} backend's option dsn {problem}"
     assert not isinstance(caught.value.__cause__, ValueError)
-    assert_hidden("Tq8pWz", *chain(caught.value))
+    assert_hidden("Tq8pWz", *exception_texts(caught.value))
 
 
 @pytest.mark.parametrize(("backend", "kind", "scheme"), SINKS)
@@ -146,7 +132,7 @@ def test_scheme_and_non_url(backend: str, kind: type[Any], scheme: str) -> None:
         f"{kind.url_schemes[0]}://user:password@host:port/database (it must start with "
         f"{expected})"
     )
-    assert_hidden("Tq8pWz", *chain(caught.value))
+    assert_hidden("Tq8pWz", *exception_texts(caught.value))
     with pytest.raises(twopc.ConfigurationError) as caught:
         kind(5, table="t")
     assert str(caught.value) == (
@@ -211,8 +197,8 @@ def test_a_setting_given_twice_with_different_values_is_refused(
         f"the {backend} backend's option connect_options and the dsn set the password ("
     )
     assert str(caught.value).endswith(") to different values; give it once")
-    assert_hidden("Vb7Nq2x", *chain(caught.value))
-    assert_hidden("Kd8Zr4w", *chain(caught.value))
+    assert_hidden("Vb7Nq2x", *exception_texts(caught.value))
+    assert_hidden("Kd8Zr4w", *exception_texts(caught.value))
     # the same value twice is no contradiction
     same = kind(
         f"{scheme}://etl:Vb7Nq2x@db/shop", table="t", connect_options={"password": "Vb7Nq2x"}
