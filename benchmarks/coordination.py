@@ -79,10 +79,8 @@ class _Rows(twopc.Payload):
     rows: int
 
 
-class NullSink(twopc.Sink[_Txn], twopc.CommitsOnDriver):
-    """Counts rows, writes nothing: what remains is the coordinator's cost."""
-
-    backend_name = "null"
+class _CountingSink(twopc.Sink[_Txn]):
+    """The task side of both null sinks: counts rows, writes nothing."""
 
     def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
         return _Txn(ctx)
@@ -95,6 +93,12 @@ class NullSink(twopc.Sink[_Txn], twopc.CommitsOnDriver):
 
     def abort(self, txn: _Txn) -> None:
         return None
+
+
+class NullSink(_CountingSink, twopc.CommitsOnDriver):
+    """Counts rows, writes nothing: what remains is the coordinator's cost."""
+
+    backend_name = "null"
 
     def commit(self, committables: Sequence[twopc.Committable]) -> list[twopc.CommitOutcome]:
         return [twopc.CommitOutcome.COMMITTED for _ in committables]
@@ -106,22 +110,10 @@ class NullSink(twopc.Sink[_Txn], twopc.CommitsOnDriver):
         return []
 
 
-class NullTaskSink(twopc.Sink[_Txn], twopc.CommitsInTask[_Txn]):
+class NullTaskSink(_CountingSink, twopc.CommitsInTask[_Txn]):
     """Commits nothing in the task; keeps no markers: the in-task path's own cost."""
 
     backend_name = "null-task"
-
-    def begin_transaction(self, ctx: twopc.TaskContext) -> _Txn:
-        return _Txn(ctx)
-
-    def invoke(self, txn: _Txn, batch: pa.RecordBatch) -> None:
-        txn.rows += batch.num_rows
-
-    def pre_commit(self, txn: _Txn) -> twopc.Committable:
-        return twopc.Committable.for_task(txn.ctx, _Rows(txn.rows))
-
-    def abort(self, txn: _Txn) -> None:
-        return None
 
     def commit_in_task(self, txn: _Txn) -> twopc.CommitOutcome:
         return twopc.CommitOutcome.COMMITTED
