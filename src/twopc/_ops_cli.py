@@ -201,12 +201,11 @@ def sink_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _open(args: argparse.Namespace) -> tuple[Sink[Any], str, CommitLog]:
+def _open(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any], str, CommitLog]:
     try:
         sink_id = validate_sink_id(args.sink_id)
     except TwoPCError as exc:
         raise UsageError(str(exc)) from None
-    options = sink_options(args)
     try:
         # --option and --option-env give strings: typed as format("twopc") types them
         factory = registry().spec(args.backend).load()
@@ -249,21 +248,16 @@ def _secrets_in(options: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _masked(text: str, args: argparse.Namespace) -> str:
-    """``text`` without any secret the options hold, nor the password of any URL: the
-    last guard before the command line prints a message (the backends mask their own)."""
-    try:
-        secrets = _secrets_in(sink_options(args))
-    except UsageError:
-        secrets = []
-    return redact(text, secrets)
-
-
 def _run(args: argparse.Namespace, action: Any) -> int:
+    # whatever is printed is masked with the secrets the options hold, and the URLs'
+    # passwords: the last guard before a message leaves (the backends mask their own)
+    secrets: list[str] = []
     try:
-        sink, sink_id, log = _open(args)
+        options = sink_options(args)  # once: --options-json - reads stdin
+        secrets = _secrets_in(options)
+        sink, sink_id, log = _open(args, options)
     except UsageError as exc:
-        print(f"twopc {args.command}: {_masked(str(exc), args)}", file=sys.stderr)
+        print(f"twopc {args.command}: {redact(str(exc), secrets)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return int(action(sink, sink_id, log))
@@ -271,7 +265,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
         # a client's bare timeout (concurrent.futures.TimeoutError) carries no message
         reason = str(exc) or "no answer in time (is the target stalled or unreachable?)"
         print(
-            f"twopc {args.command}: {type(exc).__name__}: {_masked(reason, args)}",
+            f"twopc {args.command}: {type(exc).__name__}: {redact(reason, secrets)}",
             file=sys.stderr,
         )
         return EXIT_FAILED
