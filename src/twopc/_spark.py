@@ -212,6 +212,8 @@ class _SparkEngine(BatchEngine):
         self._tracker = tracker or _JobTracker.of(df.sparkSession)
         self._partitions_run: int | None = None
         """How many tasks phase 1's result stage ran (``None``: not known)."""
+        self._stages: list[int] | None = None
+        """The stages of phase 1's jobs, read once after its action (see :meth:`_phase1_stages`)."""
 
     def partition_count(self) -> int | None:
         """Partitions phase 1 will run, known before anything runs: the physical plan's
@@ -246,7 +248,7 @@ class _SparkEngine(BatchEngine):
         if self._jobs is None:
             return True  # phase 1's jobs are not known: clean up as if it did
         try:
-            return any(tracker.attempt(stage) > 0 for stage in tracker.stages(self._jobs))
+            return any(tracker.attempt(stage) > 0 for stage in self._phase1_stages(tracker))
         except Exception:
             _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
             return True  # cannot tell: clean up as if it did
@@ -258,7 +260,7 @@ class _SparkEngine(BatchEngine):
         tracker = self._tracker
         if tracker is None or self._jobs is None:
             return False
-        stages = tracker.stages(self._jobs)
+        stages = self._phase1_stages(tracker)
         running: list[int] = []
 
         def ended() -> bool:
@@ -305,12 +307,20 @@ class _SparkEngine(BatchEngine):
         the Spark write path (its reports are the sink's, made of the job's output)."""
         return self._partitions_run
 
+    def _phase1_stages(self, tracker: _JobTracker) -> list[int]:
+        """The stages of phase 1's jobs, read from the status tracker once: they do not
+        change after the action, and the completeness check, the stage-attempt check and
+        the straggler wait all need them (py4j calls on every batch)."""
+        if self._stages is None:
+            self._stages = tracker.stages(self._jobs or set())
+        return self._stages
+
     def _result_stage_tasks(self) -> int | None:
         tracker, jobs = self._tracker, self._jobs
         if tracker is None or not jobs:
             return None
         try:
-            stages = tracker.stages(jobs)
+            stages = self._phase1_stages(tracker)
             # the result stage is created last: the highest id of the action's stages
             return tracker.tasks(max(stages)) if stages else None
         except Exception:
@@ -337,6 +347,7 @@ class _SparkEngine(BatchEngine):
         finally:
             if tracker is not None:
                 self._jobs = tracker.untag(tag)
+                self._stages = None
 
     def _write_with_spark(self, task: Phase1Task, sink: WritesWithSpark) -> list[TaskReport]:
         """Phase 1 as one Spark write job into the location the sink names for this run,
