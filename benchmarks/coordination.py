@@ -62,6 +62,7 @@ from twopc._internal import (
     Coordinator,
     Decision,
     Phase1Task,
+    ReportedBatches,
     commit_log_module,
 )
 from twopc.local import LocalEngine
@@ -220,12 +221,12 @@ def _format_batches(
         tables = _partitions(batch_id, partitions, rows)
         before = time.process_time()
         started = time.perf_counter()
-        Coordinator(sink, "bench", twopc.CommitLog(log_url)).finish_decided()
+        ReportedBatches(Coordinator(sink, "bench", twopc.CommitLog(log_url))).finish_decided()
         planned = time.perf_counter() - started
         task = Phase1Task(sink, "bench", "query", batch_id, path)
         reports = [task.run(p, 0, table.to_batches()) for p, table in enumerate(tables)]
         committing = time.perf_counter()
-        Coordinator(sink, "bench", twopc.CommitLog(log_url)).commit_reported(
+        ReportedBatches(Coordinator(sink, "bench", twopc.CommitLog(log_url))).commit(
             "query", batch_id, reports
         )
         outside = planned + time.perf_counter() - committing

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 import twopc
-from twopc._boundary import leaving_sink
+from twopc._contract.boundary import leaving_sink
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,9 +9,9 @@ report that no source named ``twopc`` exists)."""
 from pyspark.sql.datasource import DataSource
 
 try:
-    from twopc._datasource import TwopcDataSource
+    from twopc._engines.datasource import TwopcDataSource
 except ImportError as exc:
-    from twopc._datasource_unavailable import unavailable_data_source
+    from twopc._engines.datasource_unavailable import unavailable_data_source
 
     DefaultSource: type[DataSource] = unavailable_data_source(exc)
 else:

@@ -17,13 +17,13 @@ helpers and the conformance kit are in :mod:`twopc.testing`.
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from twopc._batch_write import write_batch
-from twopc._commit_log import CommitLog
-from twopc._entry_points import register
-from twopc._metrics import BatchMetrics, BatchStatus, TaskMetrics
-from twopc._retry import RetryPolicy
-from twopc._spark import SparkBatchWriter, foreach_batch
-from twopc._status import (
+from twopc._contract.retry import RetryPolicy
+from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus, TaskMetrics
+from twopc._coordination.commit_log import CommitLog
+from twopc._engines.batch_write import write_batch
+from twopc._engines.registration import register
+from twopc._engines.spark import SparkBatchWriter, foreach_batch
+from twopc._operations.status import (
     Action,
     ItemKind,
     QueryStatus,

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from twopc import _commit_log
-from twopc._commit_log import BatchRun, Decision
-from twopc._coordinator import Coordinator
-from twopc._paths import CommitPath
-from twopc._phase1 import Phase1Task
+from twopc._contract.paths import CommitPath
+from twopc._coordination import commit_log as _commit_log
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.records import BatchRun, Decision
+from twopc._coordination.reported import ReportedBatches
 
-__all__ = ["BatchRun", "CommitPath", "Coordinator", "Decision", "Phase1Task", "commit_log_module"]
+__all__ = [
+    "BatchRun",
+    "CommitPath",
+    "Coordinator",
+    "Decision",
+    "Phase1Task",
+    "ReportedBatches",
+    "commit_log_module",
+]
 
 
 def commit_log_module() -> ModuleType:

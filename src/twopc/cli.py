@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from twopc._ops_cli import add_ops_commands
+from twopc._operations.cli import add_ops_commands
 from twopc._version import __version__
 from twopc.errors import ConfigurationError
 from twopc.plugins import PluginRegistry
@@ -121,7 +121,7 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from twopc._demo import run_demo
+    from twopc._operations.demo import run_demo
 
     try:
         result = run_demo(

@@ -29,12 +29,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from twopc._checkpoint import input_fingerprint
-from twopc._metrics import BatchMetrics
-from twopc._phase1 import BatchEngine, Phase1Task
-from twopc._reports import TaskReport
-from twopc._retry import RetryPolicy
-from twopc._writer import BatchWriter, MetricsCallback
+from twopc._contract.retry import RetryPolicy
+from twopc._coordination.batch_metrics import BatchMetrics
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskReport
+from twopc._engines.checkpoint import input_fingerprint
+from twopc._engines.writer import BatchWriter, MetricsCallback
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink

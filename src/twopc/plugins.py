@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import pluggy
 
-from twopc._signature import check_options
+from twopc._contract.signature import check_options
 from twopc.errors import (
     BackendNotFoundError,
     BackendNotInstalledError,

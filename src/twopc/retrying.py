@@ -15,6 +15,6 @@ attempts or a deadline (see :class:`RetryPolicy`). For plugins whose targets mak
 loop's pace.
 """
 
-from twopc._retry import POLLING, RetryPolicy, retry_while, wait_until
+from twopc._contract.retry import POLLING, RetryPolicy, retry_while, wait_until
 
 __all__ = ["POLLING", "RetryPolicy", "retry_while", "wait_until"]

@@ -23,7 +23,7 @@ from tests.helpers import read_ids
 from tests.integration.jdbc_support import gtrid_prefix, staging_prefix
 from tests.integration.kafka_support import TIMEOUT
 from tests.integration.services import parse_mysql_dsn
-from twopc._liveness import HEARTBEAT_NAME
+from twopc._coordination.liveness import HEARTBEAT_NAME
 
 MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
 

@@ -12,11 +12,11 @@ import pytest
 
 import twopc
 from tests.helpers import read_ids, staged_attempts
-from twopc._commit_log import CommitLog
-from twopc._coordinator import Coordinator
-from twopc._phase1 import Phase1Task
-from twopc._reports import TaskReport
-from twopc._spark import _SparkEngine
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskReport
+from twopc._engines.spark import _SparkEngine
 
 pytestmark = [pytest.mark.e2e]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from twopc._spark import _JobTracker, _SparkEngine
+from twopc._engines.spark import _JobTracker, _SparkEngine
 
 pytestmark = [pytest.mark.e2e]
 

@@ -38,7 +38,7 @@ POINTS = [
 def _query(tmp_path: Path, *extra: str, write_path: str = "python") -> list[str]:
     return [
         "-m",
-        "twopc._demo_query",
+        "twopc._operations.demo_query",
         "--input",
         str(tmp_path / "in"),
         "--output",

@@ -31,7 +31,7 @@ import pytest
 
 import twopc
 from tests.helpers import in_task
-from twopc._coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
 from twopc_jdbc._base import SqlPayload, SqlSink, SqlTransaction, attempt_lock_name
 

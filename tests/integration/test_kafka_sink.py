@@ -35,8 +35,8 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 import twopc
 from tests.helpers import in_task
 from twopc import local
-from twopc._paths import CommitPath
-from twopc._phase1 import Phase1Task, _Attempt
+from twopc._contract.paths import CommitPath
+from twopc._coordination.phase1 import Phase1Task, _Attempt
 from twopc.local import LocalStream
 from twopc_kafka.sink import KafkaPayload, KafkaSink
 

@@ -26,7 +26,7 @@ from tests.integration.kafka_support import (
 )
 from tests.integration.test_status_recover import status_json, twopc_cli
 from twopc import CommitLog, FaultPlan, SourceOffsets
-from twopc._coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
 from twopc_kafka import ConsumerGroup
 

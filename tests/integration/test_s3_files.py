@@ -18,7 +18,7 @@ from pyarrow import fs as pafs
 import twopc
 from tests.integration.conftest import S3Store
 from twopc import CommitLog, FaultPlan
-from twopc._coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
 
 pytestmark = pytest.mark.integration

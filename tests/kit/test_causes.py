@@ -39,7 +39,7 @@ twopc.errors.SinkError: partition 0: the task's process exited with status 1 wit
 The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
-  File "/work/src/twopc/_coordinator.py", line 381, in _run_batch
+  File "/work/src/twopc/_coordination/coordinator.py", line 381, in _run_batch
     raise BatchFailedError(
 twopc.errors.BatchFailedError: sink 'kit', batch 0: phase 1 failed
 """

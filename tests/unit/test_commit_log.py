@@ -12,7 +12,7 @@ import pytest
 
 import twopc
 from twopc import CommitLog, Committable
-from twopc._commit_log import Decision
+from twopc._coordination.commit_log import Decision
 
 pytestmark = pytest.mark.unit
 

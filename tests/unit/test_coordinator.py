@@ -21,9 +21,9 @@ import pytest
 import twopc
 from tests.helpers import read_ids, staged_attempts
 from twopc import CommitLog, RetryPolicy, TaskContext
-from twopc._commit_log import Decision
-from twopc._coordinator import Coordinator
-from twopc._paths import CommitPath
+from twopc._contract.paths import CommitPath
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.records import Decision
 from twopc.local import LocalEngine
 from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink
 from twopc_files import FilesSink
@@ -226,7 +226,7 @@ def test_a_failed_batch_leaves_other_pending_decisions_to_recovery(
     sink = MemoryDriverSink(store_name)
     _, pending = _prepare(sink, "other-query", 5, [42])
     coord = coordinator(sink, tmp_path)
-    coord._recovered = True  # as if this coordinator had recovered before the crash
+    coord.recovery.needed = False  # as if this coordinator had recovered before the crash
     coord.commit_log.record_decision(Decision("orders", "other-query", 5, (pending,)))
     coord.faults = twopc.FaultPlan.parse("after_pre_commit:raise@partition=1")
     with pytest.raises(twopc.BatchFailedError):
@@ -419,7 +419,7 @@ def test_a_first_batch_older_than_its_markers_live_is_refused_unless_all_are_see
     committed = Counter(store.visible)
     if markers == "expired":
         store.markers.clear()
-    import twopc._replay_guard as guard
+    import twopc._coordination.replay_guard as guard
 
     later = time.time() + 2 * 3600
     monkeypatch.setattr(guard.time, "time", lambda: later)

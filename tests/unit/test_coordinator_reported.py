@@ -1,6 +1,6 @@
-"""The coordinator's ``format("twopc")`` methods without Spark: ``plan_reported`` where
-Spark plans a batch, the batch's tasks (phase 1, inline), then ``commit_reported`` or
-``abort_reported`` as Spark calls them, each from a fresh coordinator (Spark plans and
+"""The coordinator's ``format("twopc")`` flow without Spark (``ReportedBatches``): ``plan`` where
+Spark plans a batch, the batch's tasks (phase 1, inline), then ``commit`` or
+``abort`` as Spark calls them, each from a fresh coordinator (Spark plans and
 commits in separate, short-lived Python processes, so nothing survives between the steps
 but the commit log and the target).
 
@@ -23,10 +23,11 @@ import pytest
 
 import twopc
 from twopc import CommitLog, FaultPlan
-from twopc._coordinator import Coordinator
-from twopc._paths import CommitPath
-from twopc._phase1 import Phase1Task
-from twopc._reports import TaskOutcome, TaskReport
+from twopc._contract.paths import CommitPath
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reported import ReportedBatches
+from twopc._coordination.reports import TaskOutcome, TaskReport
 from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink
 
 pytestmark = pytest.mark.unit
@@ -58,7 +59,9 @@ class Query:
 
     def plan(self, batch_id: int, fingerprint: str | None = "offsets-a") -> bool:
         """Where Spark plans the batch (``streamWriter()`` in the planning process)."""
-        return self.coordinator().plan_reported(QUERY, batch_id, input_fingerprint=fingerprint)
+        return ReportedBatches(self.coordinator()).plan(
+            QUERY, batch_id, input_fingerprint=fingerprint
+        )
 
     def tasks(
         self,
@@ -99,13 +102,13 @@ class Query:
         faults: FaultPlan | None = None,
     ) -> twopc.BatchMetrics:
         """``commit(messages, batchId)`` in its fresh driver-side process."""
-        return self.coordinator(faults).commit_reported(
+        return ReportedBatches(self.coordinator(faults)).commit(
             QUERY, batch_id, reports, input_fingerprint=fingerprint
         )
 
     def abort(self, batch_id: int, reports: list[TaskReport | None]) -> None:
         """``abort(messages, batchId)`` in its fresh driver-side process."""
-        self.coordinator().abort_reported(QUERY, batch_id, reports)
+        ReportedBatches(self.coordinator()).abort(QUERY, batch_id, reports)
 
     def write(self, batch_id: int, run: int = 0) -> twopc.BatchMetrics:
         """A batch Spark plans, runs and commits with nothing going wrong."""

@@ -15,7 +15,7 @@ import pytest
 
 import twopc
 from twopc import CommitLog, ConfigurationError, UnsupportedFormatError
-from twopc._commit_log import BatchRun, Decision
+from twopc._coordination.records import BatchRun, Decision
 from twopc.cli import main
 from twopc.protocol import Footprint
 from twopc.testing import MemoryDriverSink
@@ -190,7 +190,7 @@ def test_demo_without_pyspark_says_how_to_install_it(tmp_path: Path) -> None:
 def test_the_command_line_masks_option_secrets_and_url_passwords(
     password: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from twopc._ops_cli import _secrets_in, sink_options
+    from twopc._operations.cli import _secrets_in, sink_options
     from twopc.cli import build_parser
     from twopc.secrets import redact
 

@@ -15,15 +15,15 @@ import pytest
 
 import twopc
 from twopc import CommitLog
-from twopc._commit_log import Decision
+from twopc._coordination.records import Decision
 
 try:
-    from twopc._datasource import TwopcMessage, _Setup, _StreamWriter
+    from twopc._engines.datasource import TwopcMessage, _Setup, _StreamWriter
 except ImportError as exc:  # PySpark 4.0 (scripts/lowest-versions): no Arrow stream writers
     pytest.skip(f'format("twopc") needs PySpark 4.1 or newer: {exc}', allow_module_level=True)
-from twopc._paths import CommitPath
-from twopc._phase1 import Phase1Task
-from twopc._reports import TaskReport
+from twopc._contract.paths import CommitPath
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskReport
 from twopc.testing import MemoryDriverSink, MemoryStore
 
 pytestmark = pytest.mark.unit

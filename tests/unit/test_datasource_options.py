@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from twopc import ConfigurationError
-from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
-from twopc._checkpoint import query_id_of
+from twopc._engines.batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
+from twopc._engines.checkpoint import query_id_of
 
 try:
-    from twopc._datasource import TwopcDataSource, _Setup
+    from twopc._engines.datasource import TwopcDataSource, _Setup
 except ImportError as exc:  # PySpark 4.0 (scripts/lowest-versions): no Arrow stream writers
     _NO_DATASOURCE: str | None = f'format("twopc") needs PySpark 4.1 or newer: {exc}'
 else:
@@ -404,7 +404,7 @@ def received(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return sink
 
     fake = _Registry(driver=driver, in_task=in_task)
-    monkeypatch.setattr("twopc._sink_options.registry", lambda: fake)
+    monkeypatch.setattr("twopc._contract.sink_options.registry", lambda: fake)
     return calls
 
 

@@ -20,7 +20,7 @@ from pyspark import __version__ as pyspark_version
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql.datasource import DataSource
 
-from twopc._datasource_unavailable import unavailable_data_source
+from twopc._engines.datasource_unavailable import unavailable_data_source
 from twopc.errors import ExtraNotInstalledError
 
 pytestmark = pytest.mark.unit
@@ -70,7 +70,7 @@ def test_format_twopc_on_pyspark_4_0_says_it_needs_4_1() -> None:
     import pyspark_twopc
 
     with pytest.raises(ImportError, match="DataSourceStreamArrowWriter"):
-        import twopc._datasource  # noqa: F401
+        import twopc._engines.datasource  # noqa: F401
     # what Spark's lookup finds: a pyspark_* module whose DefaultSource is a data source
     assert "pyspark_twopc" in {module.name for module in pkgutil.iter_modules()}
     source = _shipped(pyspark_twopc.DefaultSource)

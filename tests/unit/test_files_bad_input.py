@@ -30,7 +30,7 @@ import pytest
 
 import twopc
 from twopc import CommitLog, ConfigurationError, TaskContext
-from twopc._coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
 from twopc_files import FilesSink
 

@@ -35,10 +35,10 @@ from twopc import (
     TaskContext,
     TwoPCError,
 )
-from twopc._commit_log import Decision
-from twopc._paths import CommitPath
-from twopc._phase1 import Phase1Task
-from twopc._reports import TaskOutcome
+from twopc._contract.paths import CommitPath
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.records import Decision
+from twopc._coordination.reports import TaskOutcome
 from twopc_files import FORMATS, FilesSink
 from twopc_files._layout import COMMITTABLE_FILE, LOG_DIR, STAGING_DIR, attempt_dir
 

@@ -21,7 +21,7 @@ import pytest
 
 import twopc
 from twopc import ConfigurationError, PermanentSinkError, SparkWrite, TaskContext, WorkKind
-from twopc._spark import choose_spark_write, spark_write_of
+from twopc._engines.spark import choose_spark_write, spark_write_of
 from twopc_files import FilesSink
 from twopc_files._batch_log import SparkBatchLog
 from twopc_files._layout import name_token
@@ -220,7 +220,7 @@ def test_format_twopc_refuses_a_sink_that_insists_on_sparks_writer(
     tmp_path: Path, streaming: bool, option: tuple[str, str]
 ) -> None:
     try:
-        from twopc._datasource import _Setup
+        from twopc._engines.datasource import _Setup
     except ImportError as exc:  # PySpark 4.0 (scripts/lowest-versions): no Arrow stream writers
         pytest.skip(f'format("twopc") needs PySpark 4.1 or newer: {exc}')
 

@@ -16,8 +16,8 @@ import pytest
 
 import twopc
 from twopc import CommitLog
-from twopc._commit_log import Decision
-from twopc._liveness import Heartbeat, HeartbeatState, process_start
+from twopc._coordination.liveness import Heartbeat, HeartbeatState, process_start
+from twopc._coordination.records import Decision
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch
 from twopc.testing import MemoryDriverSink

@@ -14,7 +14,7 @@ import pytest
 
 import twopc
 from twopc import CommitLog, GroupProgress, ProgressReporter, SourceOffsets
-from twopc._coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
 from twopc.progress import kafka_offsets_of
 from twopc.testing import MemoryDriverSink, MemoryTaskSink, memory_store

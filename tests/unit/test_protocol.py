@@ -24,7 +24,7 @@ from twopc import (
     TaskContext,
     errors,
 )
-from twopc._paths import CommitPath
+from twopc._contract.paths import CommitPath
 from twopc.protocol import COMMITTABLE_FORMAT_VERSION
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from twopc import Committable, PermanentSinkError, UnsupportedFormatError
-from twopc._reports import TaskOutcome, TaskReport, class_name
+from twopc._coordination.reports import TaskOutcome, TaskReport, class_name
 
 pytestmark = pytest.mark.unit
 

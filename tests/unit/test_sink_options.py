@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from twopc import ConfigurationError
-from twopc._sink_options import typed_options
+from twopc._contract.sink_options import typed_options
 from twopc.plugins import registry
 
 pytestmark = pytest.mark.unit

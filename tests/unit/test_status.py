@@ -12,7 +12,7 @@ import pytest
 
 import twopc
 from twopc import CommitLog, TaskContext
-from twopc._commit_log import BatchRun, Decision
+from twopc._coordination.records import BatchRun, Decision
 from twopc.protocol import Footprint
 from twopc.testing import MemoryDriverSink, MemoryStore
 

@@ -25,8 +25,8 @@ import twopc.plugins
 import twopc.testing
 from tests.helpers import local_query, read_ids, run_process, staged_attempts
 from twopc import CommitLog
-from twopc._commit_log import BatchRun, Decision
-from twopc._liveness import Heartbeat, HeartbeatState
+from twopc._coordination.liveness import Heartbeat, HeartbeatState
+from twopc._coordination.records import BatchRun, Decision
 from twopc.cli import main
 from twopc.protocol import Footprint
 

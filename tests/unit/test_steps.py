@@ -1,5 +1,5 @@
-"""Progress of long operator commands (``twopc._steps``): one line on a terminal, redrawn in
-place and erased at the end; nothing on a pipe, a file or in ``--json`` mode."""
+"""Progress of long operator commands (``twopc._coordination.steps``): one line on a terminal,
+redrawn in place and erased at the end; nothing on a pipe, a file or in ``--json`` mode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from twopc._steps import QUIET, Steps, TerminalSteps, counted, steps_on
+from twopc._coordination.steps import QUIET, Steps, TerminalSteps, counted, steps_on
 
 pytestmark = pytest.mark.unit
 

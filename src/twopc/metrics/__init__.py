@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from twopc._metrics import BatchMetrics
+from twopc._coordination.batch_metrics import BatchMetrics
 from twopc.metrics._catalog import CATALOG, Instrument, Kind, prometheus_name
 from twopc.metrics._otel import OpenTelemetryExporter
 from twopc.metrics._prometheus import (

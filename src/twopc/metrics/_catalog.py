@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from twopc._metrics import BatchMetrics, BatchStatus
+from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 
 __all__ = [
     "BATCH_WRITES",

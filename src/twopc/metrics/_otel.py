@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twopc._metrics import BatchMetrics
+from twopc._coordination.batch_metrics import BatchMetrics
 from twopc._version import __version__
 from twopc.metrics._catalog import CATALOG, DURATION_BUCKETS, Instrument, Kind, common_labels
 from twopc.metrics._extras import not_shippable, require

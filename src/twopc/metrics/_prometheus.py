@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from twopc._metrics import BatchMetrics
+from twopc._coordination.batch_metrics import BatchMetrics
 from twopc.errors import ConfigurationError
 from twopc.metrics._catalog import (
     CATALOG,

@@ -16,9 +16,9 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 import pyarrow as pa
 import pytest
 
-from twopc._commit_log import CommitLog
-from twopc._coordinator import Coordinator
-from twopc._paths import CommitPath
+from twopc._contract.paths import CommitPath
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.coordinator import Coordinator
 from twopc.errors import UnsupportedFormatError
 from twopc.protocol import (
     CommitOutcome,

@@ -17,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from twopc._commit_log import CommitLog, Decision
-from twopc._paths import CommitPath
+from twopc._contract.paths import CommitPath
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.records import Decision
 from twopc.errors import BatchFailedError, ConfigurationError, PermanentSinkError, TwoPCError
 from twopc.local import LocalEngine
 from twopc.protocol import (

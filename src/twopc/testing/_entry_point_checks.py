@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from twopc._metrics import BatchStatus
-from twopc._paths import CommitPath
+from twopc._contract.paths import CommitPath
+from twopc._coordination.batch_metrics import BatchStatus
 from twopc.protocol import Sink
 from twopc.testing._base import SinkChecks, expect, fail, guarantee
 from twopc.testing._runner import batch_ids
@@ -93,7 +93,7 @@ class EntryPointChecks(SinkChecks):
     def _same_sink(self, target: str, options: dict[str, str]) -> None:
         """Fail unless the options build, the way ``format("twopc")`` does, a sink of the
         same class, description, naming and commit path as ``sink_factory``'s."""
-        from twopc._sink_options import sink_from_options
+        from twopc._contract.sink_options import sink_from_options
 
         made = self.make_sink(target)
         built = sink_from_options(options["sink"], options)
@@ -108,7 +108,7 @@ class EntryPointChecks(SinkChecks):
     def _refused_batch(self, target: str) -> None:
         """Skip, naming the refusal, when batch writes refuse this sink."""
         import twopc
-        from twopc._batch_write import check_batch_sink
+        from twopc._engines.batch_write import check_batch_sink
 
         try:
             check_batch_sink(self.make_sink(target), "kit")
@@ -334,7 +334,7 @@ def _refused_if_single_task(
     plan is made from the same options: through Spark the error arrives as text only."""
     if not single_task:
         return
-    from twopc._datasource import _Setup
+    from twopc._engines.datasource import _Setup
     from twopc.errors import ConfigurationError
 
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from twopc._metrics import BatchStatus
+from twopc._coordination.batch_metrics import BatchStatus
 from twopc.testing._base import SinkChecks, expect, guarantee
 from twopc.testing._runner import batch_ids
 
@@ -96,7 +96,7 @@ class SparkChecks(SinkChecks):
 def writes_with_spark(sink: Any) -> bool:
     """Whether phase 1 of ``sink`` runs in Spark's own writer under ``foreach_batch`` and
     ``write_batch`` (a :class:`~twopc.WritesWithSpark` sink whose options it serves)."""
-    from twopc._spark import spark_write_of
+    from twopc._engines.spark import spark_write_of
 
     return spark_write_of(sink)[0] is not None
 

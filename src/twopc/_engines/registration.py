@@ -15,7 +15,7 @@ def register(spark: Any) -> None:
     is installed next to Spark's Python workers, Spark finds it by itself (the
     ``pyspark_twopc`` package) and this call is not needed; it is harmless to repeat."""
     try:
-        from twopc._datasource import TwopcDataSource
+        from twopc._engines.datasource import TwopcDataSource
     except ImportError as exc:
         raise ConfigurationError(
             'format("twopc") needs PySpark 4.1 or newer (Arrow data source writers): '

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from twopc._commit_log import CommitLog
-from twopc._metrics import BatchStatus
+from twopc._coordination.batch_metrics import BatchStatus
+from twopc._coordination.commit_log import CommitLog
 from twopc.errors import ConfigurationError, ExtraNotInstalledError
 from twopc.faults import ENV_VAR
 
@@ -136,7 +136,7 @@ def _run_query(
     command = [
         sys.executable,
         "-m",
-        "twopc._demo_query",
+        "twopc._operations.demo_query",
         "--input",
         str(workdir / "input"),
         "--output",
@@ -182,8 +182,8 @@ def _kill_process_group(pid: int) -> None:
 def _describe_crash_state(output: Path, batch_id: int) -> str:
     """What the crash left for the batch, as ``twopc status`` sees it: whether the batch
     was decided, and how many of its partitions are still staged (invisible to readers)."""
-    from twopc._demo_query import SINK_ID
-    from twopc._status import ItemKind, sink_status
+    from twopc._operations.demo_query import SINK_ID
+    from twopc._operations.status import ItemKind, sink_status
     from twopc.plugins import create_sink
 
     sink = create_sink("files", path=str(output))

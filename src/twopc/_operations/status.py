@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from twopc._boundary import describe_exception, leaving_sink
-from twopc._commit_log import CommitLog, Decision
-from twopc._coordinator import Coordinator
-from twopc._liveness import DEFAULT_STALE_AFTER, Heartbeat
-from twopc._paths import CommitPath
-from twopc._retry import wait_until
-from twopc._steps import QUIET, Steps, counted, counter
+from twopc._contract.boundary import describe_exception, leaving_sink
+from twopc._contract.paths import CommitPath
+from twopc._contract.retry import wait_until
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.liveness import DEFAULT_STALE_AFTER, Heartbeat
+from twopc._coordination.records import Decision
+from twopc._coordination.steps import QUIET, Steps, counted, counter
 from twopc.progress import GroupProgress, ProgressReporter, SourceOffsets
 from twopc.protocol import (
     CommitsOnDriver,

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twopc._signature import annotation_kind, is_option, parameters_of, unknown_option
+from twopc._contract.signature import annotation_kind, is_option, parameters_of, unknown_option
 from twopc.errors import ConfigurationError
 from twopc.plugins import registry
 from twopc.protocol import Sink

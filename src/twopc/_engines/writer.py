@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from twopc._boundary import leaving_twopc
-from twopc._commit_log import CommitLog
-from twopc._coordinator import Coordinator
-from twopc._liveness import Heartbeat, HeartbeatState, process_start, this_host
-from twopc._metrics import BatchMetrics, BatchStatus
-from twopc._paths import check_roles
-from twopc._phase1 import BatchEngine
-from twopc._retry import RetryPolicy
+from twopc._contract.boundary import leaving_twopc
+from twopc._contract.paths import check_roles
+from twopc._contract.retry import RetryPolicy
+from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.liveness import Heartbeat, HeartbeatState, process_start, this_host
 from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressReporter, SourceOffsets

@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from twopc._commit_log import CommitLog
-from twopc._liveness import DEFAULT_STALE_AFTER
-from twopc._sink_options import typed_options
-from twopc._status import (
+from twopc._contract.sink_options import typed_options
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.liveness import DEFAULT_STALE_AFTER
+from twopc._coordination.steps import steps_on
+from twopc._engines.writer import resolve_commit_log, validate_sink_id
+from twopc._operations.status import (
     ProgressResolver,
     QueryStatus,
     RecoveryReport,
@@ -30,8 +32,6 @@ from twopc._status import (
     recover_sink,
     sink_status,
 )
-from twopc._steps import steps_on
-from twopc._writer import resolve_commit_log, validate_sink_id
 from twopc.errors import TwoPCError
 from twopc.plugins import create_sink, registry
 from twopc.progress import ProgressReporter

@@ -27,7 +27,7 @@ def unavailable_data_source(cause: ImportError) -> type[DataSource]:
     with ``cause`` (why the real one could not be imported)."""
     message = (
         f'format("twopc") needs PySpark 4.1 or newer; this is PySpark {_pyspark_version()} '
-        f"({cause}). Upgrade: pip install \"twopc[spark]\" \"pyspark>=4.1\", or write with "
+        f'({cause}). Upgrade: pip install "twopc[spark]" "pyspark>=4.1", or write with '
         "twopc.foreach_batch / twopc.write_batch, which work on PySpark 4.0"
     )
 

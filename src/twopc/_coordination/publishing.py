@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from twopc._boundary import describe_exception
-from twopc._commit_log import DecidedProgress, Decision
+from twopc._contract.boundary import describe_exception
+from twopc._coordination.records import DecidedProgress, Decision
 from twopc.progress import (
     CommitsProgressInTask,
     ProgressInTask,

@@ -120,11 +120,7 @@ def retry_while(
             return call()
         except Exception as exc:
             delay = next(delays)
-            if (
-                not retryable(exc)
-                or attempts >= policy.max_attempts
-                or clock() + delay > deadline
-            ):
+            if not retryable(exc) or attempts >= policy.max_attempts or clock() + delay > deadline:
                 raise
             _log.info("%s: %s; trying again in %.2fs", what, exc, delay)
         sleep(delay)

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from twopc._boundary import leaving_sink, leaving_twopc
-from twopc._checkpoint import input_fingerprint, query_id_of
-from twopc._phase1 import BatchEngine, Phase1Task
-from twopc._reports import TaskOutcome, TaskReport
-from twopc._retry import RetryPolicy, wait_until
-from twopc._writer import BatchWriter, MetricsCallback
+from twopc._contract.boundary import leaving_sink, leaving_twopc
+from twopc._contract.retry import RetryPolicy, wait_until
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc._engines.checkpoint import input_fingerprint, query_id_of
+from twopc._engines.writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError, PermanentSinkError, SinkError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
-from twopc._metrics import TaskMetrics
+from twopc._coordination.batch_metrics import TaskMetrics
 from twopc.errors import PermanentSinkError, UnsupportedFormatError
 from twopc.protocol import Committable
 

@@ -22,15 +22,21 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
-from twopc._liveness import HEARTBEAT_NAME, Heartbeat
-from twopc._paths import CommitPath
+from twopc._coordination.liveness import HEARTBEAT_NAME, Heartbeat
+from twopc._coordination.records import (
+    LOG_FORMAT,
+    BatchRun,
+    BatchState,
+    Decision,
+    LogListing,
+    checked_entry,
+)
 from twopc.errors import ConfigurationError, UnsupportedFormatError
-from twopc.progress import SourceOffsets
-from twopc.protocol import Committable, Footprint
+from twopc.protocol import Committable
 from twopc.storage import (
     TEMP_PREFIX,
     atomic_write,
@@ -41,181 +47,11 @@ from twopc.storage import (
     join,
 )
 
-__all__ = ["BatchRun", "BatchState", "CommitLog", "DecidedProgress", "Decision", "LogListing"]
+__all__ = ["CommitLog"]
 
 _DECISION_SUFFIX = ".decision.json"
 _DONE_SUFFIX = ".done"
 _RUNS_SUFFIX = ".runs.json"
-_LOG_FORMAT = 2
-"""Format 2 records the commit path (``path``); format 1 said ``committed_in_task``."""
-_READS = (1, 2)
-
-
-def _checked(raw: bytes, what: str) -> dict[str, Any]:
-    """A log entry's JSON body, refused when another twopc version wrote its format."""
-    try:
-        body = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UnsupportedFormatError(f"the commit log's {what} is not JSON ({exc})") from exc
-    fmt = body.get("format") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or fmt not in _READS:
-        raise UnsupportedFormatError(
-            f"the commit log's {what} has format {fmt!r}; this twopc reads formats "
-            f"{', '.join(map(str, _READS))}. It was written by another twopc version: run "
-            "that version to finish the query, or upgrade this one"
-        )
-    return dict(body)
-
-
-def _path_in(body: dict[str, Any]) -> CommitPath | None:
-    """The recorded commit path; format 1 recorded ``committed_in_task`` (or nothing)."""
-    if "path" in body:
-        return CommitPath(body["path"])
-    in_task = body.get("committed_in_task")
-    if in_task is None:
-        return None
-    return CommitPath.TASK if in_task else CommitPath.DRIVER
-
-
-@dataclass(frozen=True)
-class DecidedProgress:
-    """A decided batch's source offsets: committed in the batch's transaction
-    (``in_task``), or to be published to the group after the commit."""
-
-    offsets: SourceOffsets
-    in_task: bool
-    reporter: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"offsets": self.offsets.to_json(), "in_task": self.in_task, "to": self.reporter}
-
-    @classmethod
-    def from_json(cls, body: dict[str, Any]) -> DecidedProgress:
-        return cls(SourceOffsets.from_json(body["offsets"]), bool(body["in_task"]), body["to"])
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The coordinator's durable decision to commit one batch."""
-
-    sink_id: str
-    query_id: str
-    batch_id: int
-    committables: tuple[Committable, ...]
-    decided_at: float = 0.0
-    path: CommitPath | None = None
-    """How the batch commits: the driver commits the committables, or the tasks committed
-    before the decision was written (``None``: a log of a version that did not say; the
-    sink's role decides then)."""
-    progress: DecidedProgress | None = None
-    """The batch's source offsets and where they are published (queries that report
-    their progress)."""
-
-    def to_bytes(self) -> bytes:
-        body: dict[str, Any] = {
-            "format": _LOG_FORMAT,
-            "sink_id": self.sink_id,
-            "query_id": self.query_id,
-            "batch_id": self.batch_id,
-            "decided_at": self.decided_at,
-            "committables": [c.to_json() for c in self.committables],
-        }
-        if self.path is not None:
-            body["path"] = str(self.path)
-        if self.progress is not None:
-            body["progress"] = self.progress.to_json()
-        return json.dumps(body, sort_keys=True, indent=1).encode()
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> Decision:
-        body = _checked(raw, "decision")
-        try:
-            return cls(
-                sink_id=str(body["sink_id"]),
-                query_id=str(body["query_id"]),
-                batch_id=int(body["batch_id"]),
-                committables=tuple(Committable.from_json(c) for c in body["committables"]),
-                decided_at=float(body.get("decided_at", 0.0)),
-                path=_path_in(body),
-                progress=DecidedProgress.from_json(body["progress"])
-                if body.get("progress")
-                else None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UnsupportedFormatError(
-                f"a decision in the commit log is incomplete ({exc!r})"
-            ) from exc
-
-    def contains(self, committable: Committable) -> bool:
-        """Whether exactly this attempt's committable is part of the decision."""
-        return any(
-            c.partition == committable.partition and c.attempt == committable.attempt
-            for c in self.committables
-        )
-
-
-@dataclass(frozen=True)
-class BatchRun:
-    """One run of a batch's phase 1, recorded before any task starts.
-
-    ``input`` fingerprints the batch's input as the checkpoint plans it (``None`` when the
-    engine cannot tell); ``path`` is how that run commits, so a restart in another mode
-    still finishes and cleans up the old way.
-    """
-
-    footprint: Footprint
-    input: str | None = None
-    path: CommitPath = CommitPath.DRIVER
-    started_at: float = 0.0
-
-    @property
-    def commits_in_task(self) -> bool:
-        """Whether the run's tasks commit themselves (some may have, before a crash)."""
-        return self.path is CommitPath.TASK
-
-    def same_shape(self, other: BatchRun) -> bool:
-        """Same naming, input and partition count (an unknown count, 0, matches only an
-        unknown one): a replay that per-partition markers can skip partition by partition."""
-        return (self.footprint, self.input) == (other.footprint, other.input)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "footprint": self.footprint.to_json(),
-            "input": self.input,
-            "path": str(self.path),
-            "started_at": self.started_at,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BatchRun:
-        return cls(
-            footprint=Footprint.from_json(data["footprint"]),
-            input=data.get("input"),
-            path=_path_in(data) or CommitPath.DRIVER,
-            started_at=float(data.get("started_at", 0.0)),
-        )
-
-
-@dataclass(frozen=True)
-class BatchState:
-    """What the log says about one batch, read with one listing of the query's directory:
-    its decision, whether phase 2 finished, its runs, the query's newest decision, the
-    query's batches that were finished then (for the log's retention) and those decided."""
-
-    decision: Decision | None
-    done: bool
-    runs: list[BatchRun]
-    newest_decided: int | None
-    finished: tuple[int, ...] = ()
-    decided: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class LogListing:
-    """The log's entries as one pass over it saw them (:meth:`CommitLog.listing`): the file
-    names in each query's directory, hidden ones left out."""
-
-    names: Mapping[str, frozenset[str]]
 
 
 class CommitLog:
@@ -267,7 +103,7 @@ class CommitLog:
 
     def _write_runs(self, query_id: str, batch_id: int, runs: Sequence[BatchRun]) -> None:
         self._fs.makedirs(join(self._root, query_id), exist_ok=True)
-        body = {"format": _LOG_FORMAT, "runs": [r.to_json() for r in runs]}
+        body = {"format": LOG_FORMAT, "runs": [r.to_json() for r in runs]}
         atomic_write(
             self._fs,
             self._path(query_id, batch_id, _RUNS_SUFFIX),
@@ -291,7 +127,7 @@ class CommitLog:
         except FileNotFoundError:
             return []
         with _naming(path, query_id, batch_id):
-            body = _checked(raw, "runs record")
+            body = checked_entry(raw, "runs record")
             try:
                 return [BatchRun.from_json(r) for r in body.get("runs", [])]
             except (KeyError, TypeError, ValueError) as exc:
@@ -439,7 +275,7 @@ class CommitLog:
     # -- liveness -------------------------------------------------------------------------
 
     def write_heartbeat(self, heartbeat: Heartbeat) -> None:
-        """Record that a writer runs this query (see :mod:`twopc._liveness`). Twice a
+        """Record that a writer runs this query (see :mod:`twopc._coordination.liveness`). Twice a
         batch, and only a hint (a crash leaves a stale record, which is recognised as
         such), so not fsynced: a power loss may lose it, readers never see half of it."""
         directory = join(self._root, heartbeat.query_id)

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from twopc._metrics import BatchMetrics
+from twopc._coordination.batch_metrics import BatchMetrics
 
 SINK_ID = "demo-orders"
 INPUT_SCHEMA = "id long, customer string, amount double"
@@ -37,7 +37,7 @@ def _on_metrics(metrics: BatchMetrics) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc._demo_query")
+    parser = argparse.ArgumentParser(prog="python -m twopc._operations.demo_query")
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--checkpoint", required=True)

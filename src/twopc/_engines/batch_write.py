@@ -14,12 +14,12 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from twopc._boundary import leaving_twopc
-from twopc._metrics import BatchMetrics
-from twopc._paths import CommitPath
-from twopc._retry import RetryPolicy
-from twopc._spark import _SparkEngine, arrange_for, choose_spark_write
-from twopc._writer import BatchWriter, MetricsCallback
+from twopc._contract.boundary import leaving_twopc
+from twopc._contract.paths import CommitPath
+from twopc._contract.retry import RetryPolicy
+from twopc._coordination.batch_metrics import BatchMetrics
+from twopc._engines.spark import _SparkEngine, arrange_for, choose_spark_write
+from twopc._engines.writer import BatchWriter, MetricsCallback
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink

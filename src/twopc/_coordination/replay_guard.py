@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from twopc._boundary import leaving_sink
-from twopc._commit_log import BatchRun, BatchState, CommitLog
-from twopc._paths import CommitPath
+from twopc._contract.boundary import leaving_sink
+from twopc._contract.paths import CommitPath
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.records import BatchRun, BatchState
 from twopc.errors import (
     CheckpointMismatchError,
     CommitStateUnknownError,

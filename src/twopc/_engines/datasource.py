@@ -37,16 +37,17 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from twopc._batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
-from twopc._boundary import leaving_sink, leaving_twopc
-from twopc._checkpoint import input_fingerprint, planned_batch, query_id_of, why_no_query_id
-from twopc._commit_log import CommitLog
-from twopc._coordinator import Coordinator
-from twopc._paths import CommitPath, check_roles
-from twopc._phase1 import Phase1Task
-from twopc._reports import TaskOutcome, TaskReport
-from twopc._sink_options import PROGRESS_PREFIX, json_object, sink_from_options
-from twopc._writer import resolve_commit_log, validate_sink_id
+from twopc._contract.boundary import leaving_sink, leaving_twopc
+from twopc._contract.paths import CommitPath, check_roles
+from twopc._contract.sink_options import PROGRESS_PREFIX, json_object, sink_from_options
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reported import ReportedBatches
+from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc._engines.batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
+from twopc._engines.checkpoint import input_fingerprint, planned_batch, query_id_of, why_no_query_id
+from twopc._engines.writer import resolve_commit_log, validate_sink_id
 from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.plugins import registry
@@ -169,14 +170,17 @@ class _Setup:
             concurrent_attempts=speculation,
         )
 
-    def coordinator(self) -> Coordinator:
-        return Coordinator(
+    def batches(self) -> ReportedBatches:
+        """The coordinator's flow for batches whose tasks ran first, new in every process
+        Spark calls the writer from."""
+        coordinator = Coordinator(
             self.sink,
             self.sink_id,
             CommitLog(self.commit_log, self.commit_log_options),
             faults=self.faults,
             progress=self.progress,
         )
+        return ReportedBatches(coordinator)
 
     def attempt_id(self, task_attempt_id: int) -> int:
         """A task attempt's id, unique across runs of the query: the run token in the high
@@ -286,7 +290,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
                     batchId,
                 )
         with leaving_twopc(setup.sink_id, batchId):
-            setup.coordinator().commit_reported(
+            setup.batches().commit(
                 setup.query_id,
                 batchId,
                 _reports(messages),
@@ -315,7 +319,7 @@ class _BatchWriter(DataSourceArrowWriter):
         assert setup.query_id is not None
         assert setup.batch_id is not None
         with leaving_twopc(setup.sink_id, setup.batch_id):
-            setup.coordinator().commit_reported(setup.query_id, setup.batch_id, _reports(messages))
+            setup.batches().commit(setup.query_id, setup.batch_id, _reports(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         assert self.setup.query_id is not None
@@ -420,9 +424,7 @@ def _plan_batch(setup: _Setup) -> _Setup:
         _finish_decided(setup)
         return setup
     fingerprint = input_fingerprint(setup.checkpoint, batch) if setup.checkpoint else None
-    decided = setup.coordinator().plan_reported(
-        setup.query_id, batch, input_fingerprint=fingerprint
-    )
+    decided = setup.batches().plan(setup.query_id, batch, input_fingerprint=fingerprint)
     if not decided:
         return setup
     _log.info(
@@ -435,7 +437,7 @@ def _plan_batch(setup: _Setup) -> _Setup:
 
 
 def _finish_decided(setup: _Setup) -> None:
-    finished = setup.coordinator().finish_decided()
+    finished = setup.batches().finish_decided()
     if finished:
         _log.info("twopc sink=%s: finished %d decided batch(es)", setup.sink_id, finished)
 
@@ -445,7 +447,7 @@ def _abort(
 ) -> None:
     try:
         with leaving_twopc(setup.sink_id, batch_id):
-            setup.coordinator().abort_reported(query_id, batch_id, _reports(messages))
+            setup.batches().abort(query_id, batch_id, _reports(messages))
     except TwoPCError:
         # Spark is already failing the batch; its own error is the one users need. What
         # this left, the next batch's clean-up or `twopc recover` removes.

@@ -1,0 +1,310 @@
+"""The engine-agnostic two-phase-commit coordinator, on the driver.
+
+Nothing here knows Spark. An engine (the Spark adapter, or the local engine in
+:mod:`twopc.local`) runs a :class:`~twopc._coordination.phase1.Phase1Task` once per
+partition wherever its partitions live and hands back one report per partition. The
+:class:`Coordinator` runs one batch through the parts that own each step: recovery first
+when needed (:mod:`.recovery`), the admission checks (:mod:`.admission`), phase 1 by the
+engine, completeness (:mod:`.completeness`), the decision and phase 2 (:mod:`.deciding`),
+and the clean-up of losing attempts. ``format("twopc")``, whose tasks run before the
+coordinator is asked, goes through the same parts in :mod:`.reported`.
+
+A batch that follows a committed batch of the same coordinator reads the commit log once
+and asks the target nothing before phase 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from twopc._contract.boundary import describe_exception
+from twopc._contract.paths import CommitPath
+from twopc._contract.retry import RetryPolicy
+from twopc._coordination.admission import Admission, When
+from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.completeness import WHAT_STAYS, collect_committables
+from twopc._coordination.deciding import Decider
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.publishing import Published, Publisher
+from twopc._coordination.records import BatchState
+from twopc._coordination.recovery import Recovery, RecoveryStats
+from twopc._coordination.replay_guard import ReplayGuard
+from twopc._coordination.reports import TaskReport
+from twopc._coordination.steps import QUIET, Steps
+from twopc.errors import BatchFailedError, ConfigurationError
+from twopc.faults import FaultPlan
+from twopc.progress import ProgressReporter, SourceOffsets
+from twopc.protocol import Committable, KeepsMarkers, Sink
+
+__all__ = ["Coordinator", "RecoveryStats", "metrics_with_progress"]
+
+_log = logging.getLogger("twopc")
+
+
+class Coordinator:
+    """Drives one sink through two-phase commit, batch after batch, on the driver.
+
+    Args:
+        sink: the sink, with its commit role; shipped to executors inside each task.
+        sink_id: a stable name for this output; part of every transaction, file and log
+            entry, so it must not change between restarts of the query.
+        commit_log: where decisions are recorded durably.
+        retry: bounded retries for phase 2.
+        faults: fault injection plan (tests, demo); ``None`` means off.
+        log_retention: finished batches kept in the commit log per query (like Spark's
+            ``spark.sql.streaming.minBatchesToRetain``); older entries are deleted.
+    """
+
+    def __init__(
+        self,
+        sink: Sink[Any],
+        sink_id: str,
+        commit_log: CommitLog,
+        *,
+        retry: RetryPolicy | None = None,
+        faults: FaultPlan | None = None,
+        log_retention: int = 100,
+        sleep: Callable[[float], None] = time.sleep,
+        progress: ProgressReporter | None = None,
+    ) -> None:
+        if log_retention < 1:
+            raise ConfigurationError("log_retention must keep at least the last batch")
+        self.path = CommitPath.of(sink)
+        self.sink = sink
+        self.sink_id = sink_id
+        self.commit_log = commit_log
+        self.publisher = Publisher(progress, sink, sink_id)
+        self.decider = Decider(
+            sink,
+            sink_id,
+            commit_log,
+            retry=retry or RetryPolicy(),
+            faults=faults,
+            publisher=self.publisher,
+            log_retention=log_retention,
+            sleep=sleep,
+            abort_batch=self._abort_batch,
+        )
+        self.recovery = Recovery(sink, sink_id, commit_log, self.decider)
+        markers = sink if isinstance(sink, KeepsMarkers) else None
+        guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
+        self.admission = Admission(sink, sink_id, commit_log, guard, self.publisher)
+
+    @property
+    def faults(self) -> FaultPlan | None:
+        """The fault plan every part fires its crash points from (tests may swap it)."""
+        return self.decider.faults
+
+    @faults.setter
+    def faults(self, plan: FaultPlan | None) -> None:
+        self.decider.faults = plan
+
+    def _abort_batch(self, query_id: str, batch_id: int) -> None:
+        self.recovery.abort_batch(query_id, batch_id)
+
+    def recover(self, steps: Steps = QUIET) -> RecoveryStats:
+        """Finish what a crash left: commit what was decided, abort what was not, remove
+        what never prepared. ``steps`` hears how far it is (``twopc recover`` shows it on a
+        terminal)."""
+        return self.recovery.recover(steps)
+
+    def run_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        *,
+        run_id: str = "",
+        input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
+    ) -> BatchMetrics:
+        """Write one micro-batch exactly once. Raises if it could not; then nothing of
+        the batch is visible (phase 1 failed) or a restart finishes it (phase 2 failed).
+
+        ``input_fingerprint`` identifies the batch's input as the checkpoint plans it (the
+        engine reads it from the offset log); with it, a replay over other input (an older
+        checkpoint put back) is refused instead of skipped. ``source_offsets`` are the source's
+        offsets the batch ends at, for a coordinator that reports progress to a group."""
+        try:
+            return self._run_batch(
+                query_id,
+                batch_id,
+                engine,
+                run_id=run_id,
+                input_fingerprint=input_fingerprint,
+                source_offsets=source_offsets,
+            )
+        except BaseException:
+            self.recovery.needed = True  # whatever failed, the next batch recovers first
+            raise
+
+    def _run_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        *,
+        run_id: str,
+        input_fingerprint: str | None,
+        source_offsets: SourceOffsets | None,
+    ) -> BatchMetrics:
+        started = time.monotonic()
+        recovery = self.recover() if self.recovery.needed else RecoveryStats()
+        recovered_at = time.monotonic()
+        state = self.admission.read(query_id, batch_id)
+        base = BatchMetrics(
+            self.sink_id,
+            query_id,
+            batch_id,
+            status=BatchStatus.SKIPPED,
+            backend=self.sink.backend_name,
+            recover_seconds=recovered_at - started,
+            recovered_committed=recovery.committed,
+            recovered_aborted=recovery.aborted,
+            swept=recovery.swept,
+            lingering_aborted=recovery.lingering,
+            commit_log_batches=len(state.decided),
+        )
+        replayed = self.admission.replay_of(
+            state, query_id, batch_id, input_fingerprint, When.BEFORE_TASKS
+        )
+        if replayed is not None:
+            _log.info(
+                "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
+                self.sink_id,
+                batch_id,
+                query_id,
+            )
+            engine.discard()
+            # the replay of a batch that committed before a crash: its group may lag
+            published = self.publisher.publish(replayed, source_offsets)
+            return finished(metrics_with_progress(base, published), started)
+        run = self.admission.admit(
+            state,
+            query_id,
+            batch_id,
+            partitions=_partition_count(engine),
+            input_fingerprint=input_fingerprint,
+            when=When.BEFORE_TASKS,
+        )
+        reports = self._phase1(query_id, batch_id, engine, run_id, source_offsets)
+        committables = self._collect(reports, query_id, batch_id, engine.partitions_run())
+        written_at = time.monotonic()
+        self.admission.learn_partitions(query_id, batch_id, run, len(committables))
+        decided = self.decider.decide_and_commit(
+            query_id, batch_id, committables, state, source_offsets
+        )
+        committed_at = time.monotonic()
+        published = self.publisher.publish(decided.decision)
+        aborted, swept = self.recovery.clean_losing_attempts(reports, decided.decision, engine)
+        metrics = replace(
+            committed_metrics(base, reports, self.decider, state),
+            write_seconds=written_at - recovered_at,
+            decide_seconds=decided.decided_at - written_at,
+            commit_seconds=committed_at - decided.decided_at,
+            commit_retries=decided.retries,
+            recovered_aborted=base.recovered_aborted + aborted,
+            swept=base.swept + swept,
+        )
+        return finished(metrics_with_progress(metrics, published), started)
+
+    def _phase1(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        run_id: str,
+        source_offsets: SourceOffsets | None,
+    ) -> list[TaskReport]:
+        """Phase 1 by the engine; a failure aborts what the batch prepared."""
+        task = Phase1Task(
+            self.sink,
+            self.sink_id,
+            query_id,
+            batch_id,
+            self.path,
+            run_id,
+            self.faults,
+            self.decider.retry,
+            self.publisher.for_task(source_offsets, query_id, batch_id),
+            concurrent_attempts=engine.concurrent_attempts(),
+        )
+        try:
+            return engine.run_phase1(task)
+        except BaseException as exc:
+            self._abort_batch(query_id, batch_id)
+            if isinstance(exc, BatchFailedError) or not isinstance(exc, Exception):
+                raise
+            raise BatchFailedError(
+                f"phase 1 failed ({WHAT_STAYS[self.path]}): {describe_exception(exc)}",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            ) from exc
+
+    def _collect(
+        self, reports: list[TaskReport], query_id: str, batch_id: int, partitions_run: int | None
+    ) -> list[Committable]:
+        """The batch's committables; an incomplete batch aborts what it prepared."""
+        try:
+            return collect_committables(
+                reports,
+                sink_id=self.sink_id,
+                query_id=query_id,
+                batch_id=batch_id,
+                path=self.path,
+                partitions_run=partitions_run,
+            )
+        except BaseException:
+            self._abort_batch(query_id, batch_id)
+            raise
+
+
+def committed_metrics(
+    base: BatchMetrics, reports: list[TaskReport], decider: Decider, state: BatchState
+) -> BatchMetrics:
+    """A committed batch's metrics from its tasks' reports (timings are the caller's)."""
+    tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
+    return replace(
+        base,
+        status=BatchStatus.COMMITTED,
+        partitions=len(reports),
+        rows=sum(t.rows for t in tasks),
+        bytes=sum(t.bytes for t in tasks),
+        commit_log_batches=decider.log_batches_after(state, base.batch_id),
+        tasks=tasks,
+    )
+
+
+def finished(metrics: BatchMetrics, started: float) -> BatchMetrics:
+    """The batch's metrics with its total time, logged."""
+    metrics = replace(metrics, total_seconds=time.monotonic() - started)
+    _log.info(metrics.summary())
+    return metrics
+
+
+def metrics_with_progress(metrics: BatchMetrics, published: Published) -> BatchMetrics:
+    """The metrics with the source offsets a batch published to its progress group."""
+    if published.offsets is None:
+        return metrics
+    return replace(
+        metrics,
+        source_offsets=published.offsets.to_json()["topics"],
+        source_lag=published.lag,
+        progress_error=published.error,
+    )
+
+
+def _partition_count(engine: BatchEngine) -> int:
+    """Partitions the engine will run, if it can tell before phase 1; 0 when unknown."""
+    try:
+        value = engine.partition_count()
+    except Exception:
+        _log.debug("the engine could not tell its partition count", exc_info=True)
+        return 0
+    return int(value) if value else 0

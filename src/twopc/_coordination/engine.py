@@ -1,0 +1,57 @@
+"""What the coordinator needs of an engine: a small base class whose one required method
+runs phase 1 on every partition; the rest has defaults for an engine that cannot tell."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskReport
+
+__all__ = ["BatchEngine"]
+
+
+class BatchEngine(ABC):
+    """Runs a phase-1 task on every partition of one batch's data (Spark's jobs, the local
+    engine's processes). Subclass it: :meth:`run_phase1` is required; every other method has
+    a default for an engine that cannot tell.
+
+    ``run_phase1`` must run every partition, return one report per partition (the
+    successful attempt's), and raise if any partition's task failed for good.
+    """
+
+    @abstractmethod
+    def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        """Phase 1 on every partition; one report per partition."""
+
+    def discard(self) -> None:
+        """Consume the batch's input without writing it (a skipped replay). Spark needs
+        every partition of a stateful query evaluated before it commits the state."""
+        return None
+
+    def partition_count(self) -> int | None:
+        """Partitions phase 1 will run, known before it starts (recorded, so that a restart
+        with fewer partitions still cleans up after this run); ``None``: not known."""
+        return None
+
+    def partitions_run(self) -> int | None:
+        """After :meth:`run_phase1`: how many partitions it ran, as the engine itself knows
+        it (not from the reports). The coordinator refuses a batch with fewer reports, so
+        that a lost report never commits the batch without that partition's rows. ``None``:
+        the engine cannot tell; the reports' partition numbers are then trusted to be
+        0..n-1."""
+        return None
+
+    def concurrent_attempts(self) -> bool:
+        """Whether copies of a task may run at the same time as it (known before phase 1:
+        speculation)."""
+        return False
+
+    def duplicate_attempts_possible(self) -> bool:
+        """Whether a losing run of a task may have prepared (known after phase 1)."""
+        return False
+
+    def wait_for_stragglers(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, until losing attempts ended; whether they
+        did (``False`` when the engine cannot tell)."""
+        return False

@@ -1,0 +1,313 @@
+"""What a crash or a failed batch left, finished or removed: decided batches committed,
+undecided prepared work aborted, lingering open transactions of earlier runs aborted,
+never-prepared leftovers swept. Every entry point's batch flow and ``twopc recover`` go
+through here."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twopc._contract.boundary import describe_exception, leaving_sink
+from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.deciding import Decider
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.records import BatchRun, Decision, LogListing
+from twopc._coordination.reports import TaskReport
+from twopc._coordination.steps import QUIET, Steps, counted, counter
+from twopc.faults import CrashPoint
+from twopc.protocol import CommitsInTask, CommitsOnDriver, Committable, Footprint, Sink
+
+__all__ = ["Recovery", "RecoveryStats"]
+
+_log = logging.getLogger("twopc")
+
+STRAGGLER_WAIT_SECONDS = 60.0
+"""How long, at most, to wait for losing task attempts to end before cleaning up after them."""
+
+_ABORT_SLICE = 50
+"""Prepared work aborted per call of ``abort_prepared`` (any number is correct: each
+committable is aborted on its own terms)."""
+
+
+@dataclass
+class RecoveryStats:
+    """What one recovery did. ``lingering``: the part of ``aborted`` that were transactions
+    earlier runs left open (an in-task sink's lingering sweep)."""
+
+    committed: int = 0
+    aborted: int = 0
+    swept: int = 0
+    lingering: int = 0
+
+
+class Recovery:
+    """Finishes and cleans up after the batches of one sink."""
+
+    def __init__(
+        self, sink: Sink[Any], sink_id: str, commit_log: CommitLog, decider: Decider
+    ) -> None:
+        self.sink = sink
+        self.sink_id = sink_id
+        self.commit_log = commit_log
+        self.decider = decider
+        self.needed = True
+        """Whether the next batch recovers first: at the start, and after any failure."""
+        self._driver = sink if isinstance(sink, CommitsOnDriver) else None
+        self._in_task: CommitsInTask[Any] | None = sink if isinstance(sink, CommitsInTask) else None
+        self._earlier_runs: list[BatchRun] | None = None
+        self._lingering_swept = False
+
+    def recover(self, steps: Steps = QUIET) -> RecoveryStats:
+        """Finish what a crash left: commit what was decided, abort what was not, remove
+        what never prepared. ``steps`` hears how far it is."""
+        stats = RecoveryStats()
+        self.commit_log.remove_temporaries()
+        pending = self.commit_log.pending(on_read=counter(steps, "read", "pending decisions"))
+        for decision in counted(steps, pending, "finished", "decided batches"):
+            self.decider.finish_pending(decision)
+            stats.committed += len(decision.committables)
+        stats.aborted = self.abort_undecided(steps)
+        stats.lingering = self._sweep_earlier_footprints(steps)
+        stats.aborted += stats.lingering
+        steps.note("sweeping leftovers that never prepared")
+        stats.swept = self.sweep()
+        self.needed = False
+        return stats
+
+    def finish_decided(self, listing: LogListing | None = None) -> int:
+        """Finish every batch decided but not finished, and nothing else; how many."""
+        decisions = self.commit_log.pending(listing)
+        for decision in decisions:
+            self.decider.finish_pending(decision)
+        return len(decisions)
+
+    def runs_before_this_process(self, listing: LogListing | None = None) -> list[BatchRun]:
+        """The runs of each query's newest batch as the log held them when this object
+        first asked: what a crashed or differently configured earlier run may have left."""
+        if self._earlier_runs is None:
+            self._earlier_runs = [
+                run for _, runs in self.commit_log.newest_runs(listing).values() for run in runs
+            ]
+        return self._earlier_runs
+
+    def _sweep_earlier_footprints(self, steps: Steps = QUIET) -> int:
+        """Once: let an in-task sink abort what runs with other naming or more partitions
+        left open (the log says how many there were). Driver-commit sinks find their
+        prepared work by listing instead."""
+        if self._lingering_swept or self._in_task is None:
+            return 0
+        steps.note("aborting what earlier runs left open")
+        footprints: dict[str, Footprint] = {}
+        for run in self.runs_before_this_process():
+            key = json.dumps(run.footprint.to_json(), sort_keys=True)
+            footprints.setdefault(key, run.footprint)
+        aborted = self._sweep_lingering(footprints.values())
+        self._lingering_swept = True
+        return aborted
+
+    def _sweep_lingering(self, footprints: Iterable[Footprint]) -> int:
+        assert self._in_task is not None
+        aborted = 0
+        with leaving_sink(self.sink_id, what="aborting an earlier run's open work failed: "):
+            for footprint in footprints:
+                aborted += self._in_task.sweep_lingering(self.sink_id, footprint)
+        return aborted
+
+    def sweep(self, keep: Sequence[Committable] = ()) -> int:
+        """Remove what never prepared (staged files, open branches) except ``keep``."""
+        with leaving_sink(self.sink_id, what="removing unprepared leftovers failed: "):
+            return self.sink.sweep(self.sink_id, keep)
+
+    def _list_prepared(self) -> list[Committable]:
+        if self._driver is None:
+            return []
+        with leaving_sink(self.sink_id, what="listing prepared work failed: "):
+            return self._driver.recover(self.sink_id)
+
+    def abort_undecided(self, steps: Steps = QUIET) -> int:
+        """Abort the prepared work no decision holds; finish decided work the target still
+        shows prepared. Returns how many were aborted (0 for an in-task sink)."""
+        if self._driver is None:
+            return 0
+        steps.note("listing prepared transactions")
+        leftovers = self._list_prepared()
+        checked = counter(steps, "checked", "prepared transactions")
+        decisions = self.commit_log.decisions_for(leftovers, on_read=checked)
+        to_commit: list[Committable] = []
+        to_abort: list[Committable] = []
+        for committable in leftovers:
+            decision = decisions[(committable.query_id, committable.batch_id)]
+            if decision is not None and decision.contains(committable):
+                to_commit.append(committable)
+            else:
+                to_abort.append(committable)
+        if to_commit:
+            # Decided work the log already marked done but the target still shows as
+            # prepared (e.g. a crash between the commit and its clean-up): finish it.
+            self.decider.commit(self._driver, to_commit)
+        self.abort(to_abort, "prepared but undecided", in_recovery=True, steps=steps)
+        return len(to_abort)
+
+    def abort(
+        self,
+        committables: Sequence[Committable],
+        why: str,
+        *,
+        in_recovery: bool = False,
+        steps: Steps = QUIET,
+    ) -> None:
+        """Abort prepared work (driver-commit sinks), saying what and why in the log."""
+        if not committables or self._driver is None:
+            return
+        driver = self._driver
+        _log.info(
+            "twopc sink=%s: aborting %d %s unit(s) of work: %s",
+            self.sink_id,
+            len(committables),
+            why,
+            ", ".join(
+                f"batch {c.batch_id} partition {c.partition} attempt {c.attempt}"
+                for c in committables
+            ),
+        )
+        first = committables[0]
+        with leaving_sink(self.sink_id, first.batch_id, what="aborting prepared work failed: "):
+            if self.decider.faults and in_recovery:
+                # one by one, so a crash can land between two aborts
+                for index, committable in enumerate(committables):
+                    point = (
+                        CrashPoint.RECOVERY_BETWEEN_ABORTS
+                        if index
+                        else CrashPoint.RECOVERY_BEFORE_ABORT
+                    )
+                    self.decider.fire(point, committable.batch_id)
+                    driver.abort_prepared([committable])
+                return
+            # in slices, so that a recovery aborting hundreds can say how far it is
+            total = len(committables)
+            steps.count("aborted", 0, total, "prepared transactions")
+            for start in range(0, total, _ABORT_SLICE):
+                driver.abort_prepared(committables[start : start + _ABORT_SLICE])
+                steps.count(
+                    "aborted", min(start + _ABORT_SLICE, total), total, "prepared transactions"
+                )
+
+    def abort_batch(self, query_id: str, batch_id: int) -> None:
+        """Phase 1 failed: abort what the batch prepared, including attempts that never
+        reported back (failed or speculative tasks), and sweep what never prepared. Only
+        this batch: pending decisions of other batches are the next recovery's. Logged,
+        never raised: the batch's own error is the one to report."""
+        try:
+            prepared = [
+                c for c in self._list_prepared() if (c.query_id, c.batch_id) == (query_id, batch_id)
+            ]
+            self.abort(prepared, "prepared work of the failed batch")
+            self.sweep()
+        except Exception:
+            _log.exception(
+                "twopc sink=%s batch %d: clean-up after a failed phase 1 failed; the next "
+                "run's recovery will retry it",
+                self.sink_id,
+                batch_id,
+            )
+
+    def abort_reported(self, reports: Sequence[TaskReport], keep: Decision | None) -> int:
+        """Abort the reported work that ``keep`` does not hold (all of it without one): a
+        replay's, a losing attempt's."""
+        if self._driver is None:
+            return 0
+        work = [
+            r.committable
+            for r in reports
+            if r.committable is not None and (keep is None or not keep.contains(r.committable))
+        ]
+        self.abort(work, "work of a replayed batch that is already committed")
+        return len(work)
+
+    def clean_losing_attempts(
+        self, reports: Sequence[TaskReport], decision: Decision, engine: BatchEngine
+    ) -> tuple[int, int]:
+        """Remove what the failed and losing attempts of a just-committed batch left (staged
+        files, prepared branches), instead of leaving it to a later recovery: the last batch
+        of a query may have no next batch. Returns (aborted, swept).
+
+        Runs when a partition needed more than one attempt, or when the engine may have run
+        a partition twice (speculative copies, a re-attempted stage), whose losers never
+        report: attempt 0 may be the one that lost. Then it first waits, bounded, for the
+        losing attempts to end. A failure here is logged, never raised (the batch is
+        committed), and the next batch recovers first."""
+        retried = sorted({r.partition for r in reports if r.attempt > 0})
+        speculative = engine.duplicate_attempts_possible()
+        if not retried and not speculative:
+            return 0, 0
+        if speculative:
+            # another run of a partition may still be finishing: the next batch looks again
+            self.needed = True
+            engine.wait_for_stragglers(STRAGGLER_WAIT_SECONDS)
+        aborted = 0
+        try:
+            losers = [
+                c
+                for c in self._list_prepared()
+                if (c.query_id, c.batch_id) == (decision.query_id, decision.batch_id)
+                and not decision.contains(c)
+            ]
+            self.abort(losers, "losing or failed attempt")
+            aborted = len(losers)
+            return aborted, self.sweep()
+        except Exception as exc:
+            self.needed = True
+            _log.warning(
+                "twopc sink=%s: batch %d is committed, but cleaning up after its failed or "
+                "losing task attempts (retried partitions: %s) failed; the next batch's "
+                "recovery retries: %s",
+                self.sink_id,
+                decision.batch_id,
+                ", ".join(map(str, retried)) or "none",
+                describe_exception(exc),
+            )
+            return aborted, 0
+
+    def clean_up_after(
+        self, decision: Decision, run: BatchRun, earlier: Sequence[BatchRun]
+    ) -> RecoveryStats:
+        """After a commit whose tasks ran unobserved (``format("twopc")``): abort whatever
+        no decision holds (losing copies, work a crash left), let an in-task sink abort what
+        earlier runs with another naming or more partitions left open, and remove unprepared
+        leftovers. Logged, never raised: the batch is committed and the next batch cleans
+        up again."""
+        try:
+            aborted = self.abort_undecided()
+            lingering = 0
+            if self._in_task is not None:
+                lingering = self._sweep_lingering(_not_covered(earlier, run.footprint))
+            return RecoveryStats(
+                aborted=aborted + lingering, swept=self.sweep(), lingering=lingering
+            )
+        except Exception as exc:
+            _log.warning(
+                "twopc sink=%s: batch %d is committed, but the clean-up after it failed; the "
+                "next batch retries: %s",
+                self.sink_id,
+                decision.batch_id,
+                describe_exception(exc),
+            )
+            return RecoveryStats()
+
+
+def _not_covered(earlier: Sequence[BatchRun], current: Footprint) -> list[Footprint]:
+    """Footprints of earlier runs that this run's tasks did not reuse (another naming, or
+    partitions this run does not have): only those can still hold open work."""
+    current_naming = json.dumps(current.naming, sort_keys=True)
+    found: dict[str, Footprint] = {}
+    for run in earlier:
+        footprint = run.footprint
+        same_naming = json.dumps(footprint.naming, sort_keys=True) == current_naming
+        if same_naming and footprint.partitions <= current.partitions:
+            continue
+        found.setdefault(json.dumps(footprint.to_json(), sort_keys=True), footprint)
+    return list(found.values())
