@@ -23,15 +23,14 @@ from twopc._coordination.commit_log import CommitLog
 from twopc._engines.batch_write import write_batch
 from twopc._engines.registration import register
 from twopc._engines.spark import SparkBatchWriter, foreach_batch
+from twopc._operations.recover import RecoveryReport, recover_sink
 from twopc._operations.status import (
     Action,
     ItemKind,
     QueryStatus,
-    RecoveryReport,
     SinkStatus,
     StatusItem,
     WriterStatus,
-    recover_sink,
     sink_status,
 )
 from twopc._version import __version__

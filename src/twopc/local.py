@@ -35,7 +35,7 @@ from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
 from twopc._engines.checkpoint import input_fingerprint
-from twopc._engines.writer import BatchWriter, MetricsCallback
+from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink
@@ -185,9 +185,15 @@ class LocalBatchWriter(BatchWriter):
     """Like :class:`twopc.SparkBatchWriter`, for :class:`LocalStream` batches."""
 
     def __init__(
-        self, *args: Any, max_attempts: int = 1, processes: bool = True, **kwargs: Any
+        self,
+        sink: Sink[Any],
+        sink_id: str,
+        options: WriterOptions | None = None,
+        *,
+        max_attempts: int = 1,
+        processes: bool = True,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(sink, sink_id, options)
         self.max_attempts = max_attempts
         self.processes = processes
 
@@ -229,17 +235,14 @@ def foreach_batch(
     ``processes=False`` runs tasks inline, which in-process filesystems (fsspec's
     ``memory://``) need, since a forked task's writes stay in the child.
     """
-    return LocalBatchWriter(
-        sink,
-        sink_id,
+    options = WriterOptions(
         commit_log=commit_log,
         storage_options=storage_options,
         retry=retry,
         faults=faults,
         on_metrics=on_metrics,
-        max_attempts=max_attempts,
-        processes=processes,
     )
+    return LocalBatchWriter(sink, sink_id, options, max_attempts=max_attempts, processes=processes)
 
 
 class LocalStream:

@@ -16,14 +16,14 @@ from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.coordinator import Coordinator
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
-from twopc._engines.spark import _SparkEngine
+from twopc._engines.spark_engine import SparkEngine
 
 pytestmark = [pytest.mark.e2e]
 
 PARTITIONS, ROWS = 3, 40
 
 
-class _LosingSparkEngine(_SparkEngine):
+class _LosingSparkEngine(SparkEngine):
     """Phase 1 as Spark runs it, then the last partition's report dropped."""
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
@@ -44,7 +44,7 @@ def test_a_lost_last_report_fails_the_batch_on_spark(spark: Any, tmp_path: Path)
     assert read_ids(out) == Counter()
     assert staged_attempts(out) == []
 
-    engine = _SparkEngine(frame)
+    engine = SparkEngine(frame)
     Coordinator(sink, "orders", log).run_batch("q-1", 0, engine)
     assert engine.partitions_run() == PARTITIONS
     assert read_ids(out) == Counter(range(PARTITIONS * ROWS))

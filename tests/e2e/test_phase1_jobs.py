@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from twopc._engines.spark import _JobTracker, _SparkEngine
+from twopc._engines.spark_engine import JobTracker, SparkEngine
 
 pytestmark = [pytest.mark.e2e]
 
 
-def _settled(tracker: _JobTracker, tag: str, seconds: float = 10.0) -> set[int]:
+def _settled(tracker: JobTracker, tag: str, seconds: float = 10.0) -> set[int]:
     """The tag's jobs once Spark's status store has seen them (it hears of a job
     asynchronously, after the action may have returned)."""
     deadline = time.monotonic() + seconds
@@ -29,9 +29,9 @@ def test_phase1_jobs_are_found_by_their_tag_alone(spark: Any) -> None:
     df = spark.range(1000).repartition(2)
     for _ in range(3):
         df.count()  # jobs of the same (absent) group, before phase 1
-    tracker = _JobTracker.of(spark)
+    tracker = JobTracker.of(spark)
     assert tracker is not None
-    assert _JobTracker.of(spark, tracker) is tracker  # kept across batches
+    assert JobTracker.of(spark, tracker) is tracker  # kept across batches
 
     tag = tracker.tag()
     assert tag is not None
@@ -46,7 +46,7 @@ def test_phase1_jobs_are_found_by_their_tag_alone(spark: Any) -> None:
     assert stages and all(tracker.attempt(s) == 0 for s in stages)
     assert all(tracker.active_tasks(s) == 0 for s in stages)
 
-    engine = _SparkEngine(df, tracker=tracker)
+    engine = SparkEngine(df, tracker=tracker)
     engine._tracked(df.collect)
     assert engine._jobs is not None
     assert not engine.duplicate_attempts_possible()

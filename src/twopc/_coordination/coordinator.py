@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -194,7 +194,7 @@ class Coordinator:
             when=When.BEFORE_TASKS,
         )
         reports = self._phase1(query_id, batch_id, engine, run_id, source_offsets)
-        committables = self._collect(reports, query_id, batch_id, engine.partitions_run())
+        committables = self.collect(reports, query_id, batch_id, engine.partitions_run())
         written_at = time.monotonic()
         self.admission.learn_partitions(query_id, batch_id, run, len(committables))
         decided = self.decider.decide_and_commit(
@@ -247,10 +247,15 @@ class Coordinator:
                 batch_id=batch_id,
             ) from exc
 
-    def _collect(
-        self, reports: list[TaskReport], query_id: str, batch_id: int, partitions_run: int | None
+    def collect(
+        self,
+        reports: Sequence[TaskReport],
+        query_id: str,
+        batch_id: int,
+        partitions_run: int | None,
     ) -> list[Committable]:
-        """The batch's committables; an incomplete batch aborts what it prepared."""
+        """The batch's committables (:func:`~.completeness.collect_committables`); an
+        incomplete batch aborts what it prepared."""
         try:
             return collect_committables(
                 reports,

@@ -16,13 +16,14 @@ from dataclasses import replace
 
 from twopc._coordination.admission import When
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
-from twopc._coordination.completeness import WHAT_STAYS, collect_committables
+from twopc._coordination.completeness import WHAT_STAYS
 from twopc._coordination.coordinator import (
     Coordinator,
     committed_metrics,
     finished,
     metrics_with_progress,
 )
+from twopc._coordination.records import Decision
 from twopc._coordination.reports import TaskReport
 from twopc.errors import BatchFailedError
 from twopc.progress import SourceOffsets
@@ -113,20 +114,8 @@ class ReportedBatches:
         when = When.AFTER_TASKS
         replayed = self._admission.replay_of(state, query_id, batch_id, input_fingerprint, when)
         if replayed is not None:
-            _log.info(
-                "twopc sink=%s: batch %d of query %s is already committed; the replay's work "
-                "is discarded",
-                self.sink_id,
-                batch_id,
-                query_id,
-            )
-            # The decision was finished before the replay's tasks started (where they were
-            # planned), so none of their work is decided, even where an attempt id repeats
-            # one of the decision's (Spark counts task attempts from 0 after a restart).
-            aborted = self._recovery.abort_reported(present, keep=None)
-            published = self.coordinator.publisher.publish(replayed, source_offsets)
-            skipped = replace(base, recovered_aborted=aborted, swept=self._recovery.sweep())
-            return finished(metrics_with_progress(skipped, published), started)
+            skipped = self._skip_replay(base, present, replayed, source_offsets)
+            return finished(skipped, started)
         self._refuse_failed_tasks(query_id, batch_id, reports)
         run = self._admission.admit(
             state,
@@ -136,20 +125,9 @@ class ReportedBatches:
             input_fingerprint=input_fingerprint,
             when=when,
         )
-        try:
-            # Spark's commit gets one message per task it ran, so len(reports) is Spark's
-            # own count of the batch's partitions (a failed task's message is None)
-            committables = collect_committables(
-                present,
-                sink_id=self.sink_id,
-                query_id=query_id,
-                batch_id=batch_id,
-                path=self.coordinator.path,
-                partitions_run=len(reports),
-            )
-        except BaseException:
-            self._recovery.abort_batch(query_id, batch_id)
-            raise
+        # Spark's commit gets one message per task it ran, so len(reports) is Spark's own
+        # count of the batch's partitions (a failed task's message is None)
+        committables = self.coordinator.collect(present, query_id, batch_id, len(reports))
         written_at = time.monotonic()
         decided = self._decider.decide_and_commit(
             query_id, batch_id, committables, state, source_offsets
@@ -169,6 +147,29 @@ class ReportedBatches:
             lingering_aborted=cleaned.lingering,
         )
         return finished(metrics_with_progress(metrics, published), started)
+
+    def _skip_replay(
+        self,
+        base: BatchMetrics,
+        present: Sequence[TaskReport],
+        decision: Decision,
+        source_offsets: SourceOffsets | None,
+    ) -> BatchMetrics:
+        """A batch decided before: its replay's tasks prepared again before the coordinator
+        saw it. The decision was finished before they started (where they were planned), so
+        none of their work is decided, even where an attempt id repeats one of the
+        decision's (Spark counts task attempts from 0 after a restart): abort it all."""
+        _log.info(
+            "twopc sink=%s: batch %d of query %s is already committed; the replay's work is "
+            "discarded",
+            self.sink_id,
+            base.batch_id,
+            base.query_id,
+        )
+        aborted = self._recovery.abort_reported(present, keep=None)
+        published = self.coordinator.publisher.publish(decision, source_offsets)
+        skipped = replace(base, recovered_aborted=aborted, swept=self._recovery.sweep())
+        return metrics_with_progress(skipped, published)
 
     def _refuse_failed_tasks(
         self, query_id: str, batch_id: int, reports: Sequence[TaskReport | None]

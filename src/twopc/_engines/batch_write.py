@@ -18,8 +18,9 @@ from twopc._contract.boundary import leaving_twopc
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
-from twopc._engines.spark import _SparkEngine, arrange_for, choose_spark_write
-from twopc._engines.writer import BatchWriter, MetricsCallback
+from twopc._engines.spark import arrange_for, choose_spark_write
+from twopc._engines.spark_engine import SparkEngine
+from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.protocol import Sink
@@ -107,29 +108,20 @@ def write_batch(
     """
     check_batch_sink(sink, sink_id)
     key = validate_write_id(write_id, sink_id)
-    writer = BatchWriter(
-        sink,
-        sink_id,
+    options = WriterOptions(
         commit_log=commit_log,
         storage_options=storage_options,
         retry=retry,
         faults=faults,
         on_metrics=on_metrics,
     )
+    writer = BatchWriter(sink, sink_id, options)
     try:
         with leaving_twopc(sink_id, BATCH_ID):
             spark_write = choose_spark_write(sink, writer.sink_id)
-        engine = _BatchEngine(arrange_for(sink, df), spark_write=spark_write)
+        engine = SparkEngine(arrange_for(sink, df), spark_write=spark_write, evaluate_replays=False)
         return writer.run(
             batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None, write_id=key
         )
     finally:
         writer.close()
-
-
-class _BatchEngine(_SparkEngine):
-    """A batch write skipped as already written reads nothing (no state to keep, unlike a
-    streaming query's replay)."""
-
-    def discard(self) -> None:
-        return None

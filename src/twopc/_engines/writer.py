@@ -9,10 +9,10 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from twopc._contract.boundary import leaving_twopc
+from twopc._contract.boundary import as_twopc_error
 from twopc._contract.paths import check_roles
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
@@ -26,7 +26,13 @@ from twopc.progress import ProgressReporter, SourceOffsets
 from twopc.protocol import Sink, TracksWriters, WriterRecord
 from twopc.storage import join
 
-__all__ = ["BatchWriter", "MetricsCallback", "resolve_commit_log", "validate_sink_id"]
+__all__ = [
+    "BatchWriter",
+    "MetricsCallback",
+    "WriterOptions",
+    "resolve_commit_log",
+    "validate_sink_id",
+]
 
 _log = logging.getLogger("twopc")
 
@@ -58,6 +64,21 @@ def _own_start() -> str | None:
 
 
 MetricsCallback = Callable[[BatchMetrics], None]
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """What every entry point's writer takes besides the sink and its id, passed down as
+    one object (the public functions' keywords of the same names say what each means)."""
+
+    commit_log: str | None = None
+    storage_options: dict[str, Any] | None = None
+    retry: RetryPolicy | None = None
+    faults: FaultPlan | None = None
+    on_metrics: MetricsCallback | None = None
+    history: int = 100
+    progress: ProgressReporter | None = None
+
 
 WRITER_RECORD_EVERY = 60.0
 """Seconds between two records of a running writer in a :class:`~twopc.TracksWriters`
@@ -108,29 +129,15 @@ class BatchWriter:
     recover`` refuses to act then); :meth:`close` removes it.
     """
 
-    def __init__(
-        self,
-        sink: Sink[Any],
-        sink_id: str,
-        *,
-        commit_log: str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        faults: FaultPlan | None = None,
-        on_metrics: MetricsCallback | None = None,
-        history: int = 100,
-        progress: ProgressReporter | None = None,
-    ) -> None:
+    def __init__(self, sink: Sink[Any], sink_id: str, options: WriterOptions | None = None) -> None:
         check_roles(sink)
+        options = options or WriterOptions()
         self.sink = sink
         self.sink_id = validate_sink_id(sink_id)
-        self._commit_log_url = commit_log
-        self._storage_options = storage_options
-        self._retry = retry
-        self._faults = faults if faults is not None else FaultPlan.from_env()
-        self._on_metrics = on_metrics
-        self.progress = progress
-        self.metrics: deque[BatchMetrics] = deque(maxlen=history)
+        self.options = options
+        self._faults = options.faults if options.faults is not None else FaultPlan.from_env()
+        self.progress = options.progress
+        self.metrics: deque[BatchMetrics] = deque(maxlen=options.history)
         self._coordinator: Coordinator | None = None
         self._started_at = time.time()
         self._queries: set[str] = set()
@@ -153,7 +160,7 @@ class BatchWriter:
                 self.sink,
                 self.sink_id,
                 CommitLog(url, options),
-                retry=self._retry,
+                retry=self.options.retry,
                 faults=self._faults,
                 progress=self.progress,
             )
@@ -162,12 +169,13 @@ class BatchWriter:
     def _resolve_commit_log(
         self, checkpoint_root: Callable[[], str | None]
     ) -> tuple[str, dict[str, Any] | None]:
-        needs_root = not self._commit_log_url and not self.sink.default_commit_log(self.sink_id)
+        url = self.options.commit_log
+        needs_root = not url and not self.sink.default_commit_log(self.sink_id)
         return resolve_commit_log(
             self.sink,
             self.sink_id,
-            self._commit_log_url,
-            self._storage_options,
+            url,
+            self.options.storage_options,
             checkpoint_root() if needs_root else None,
         )
 
@@ -306,49 +314,62 @@ class BatchWriter:
         write_id: str | None = None,
     ) -> BatchMetrics:
         """Write one batch through the coordinator, keeping the liveness record and the
-        metrics; ``write_id``: the key of a batch write, stamped on its metrics."""
-        with leaving_twopc(self.sink_id, batch_id):
+        metrics; ``write_id``: the key of a batch write, stamped on its metrics. The one
+        place a batch's errors are stamped with the sink and the batch: whatever leaves is a
+        twopc error naming both, and a batch that started and failed has failed metrics."""
+        started = False
+        coordinator: Coordinator | None = None
+        try:
             coordinator = self.coordinator(checkpoint_root)
             if query_id not in self._queries:
                 self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
-        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
-        self._record_writer(query_id)
-        try:
-            with leaving_twopc(self.sink_id, batch_id):
-                metrics = coordinator.run_batch(
-                    query_id,
-                    batch_id,
-                    engine,
-                    run_id=run_id,
-                    input_fingerprint=input_fingerprint,
-                    source_offsets=source_offsets,
-                )
-        except TwoPCError as error:
-            self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
-            self._record(
-                BatchMetrics(
-                    self.sink_id,
-                    query_id,
-                    batch_id,
-                    status=BatchStatus.FAILED,
-                    backend=self.sink.backend_name,
-                    error=str(error),
-                    write_id=write_id,
-                )
+            self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
+            self._record_writer(query_id)
+            started = True
+            metrics = coordinator.run_batch(
+                query_id,
+                batch_id,
+                engine,
+                run_id=run_id,
+                input_fingerprint=input_fingerprint,
+                source_offsets=source_offsets,
             )
-            raise
+        except Exception as exc:
+            error = as_twopc_error(exc, self.sink_id, batch_id)
+            if started and coordinator is not None:
+                self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
+                self._record_failed(query_id, batch_id, error, write_id)
+            if error is exc:
+                raise
+            raise error from exc
         self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
         if write_id is not None:
             metrics = replace(metrics, write_id=write_id)
         self._record(metrics)
         return metrics
 
+    def _record_failed(
+        self, query_id: str, batch_id: int, error: TwoPCError, write_id: str | None
+    ) -> None:
+        self._record(
+            BatchMetrics(
+                self.sink_id,
+                query_id,
+                batch_id,
+                status=BatchStatus.FAILED,
+                backend=self.sink.backend_name,
+                error=str(error),
+                write_id=write_id,
+            )
+        )
+
     def _record(self, metrics: BatchMetrics) -> None:
         self.metrics.append(metrics)
-        if self._on_metrics is None:
+        on_metrics = self.options.on_metrics
+        if on_metrics is None:
             return
         try:
-            self._on_metrics(metrics)
+            on_metrics(metrics)
         except Exception:
             # The batch is already decided; a broken callback must not fail the query.
             _log.exception("twopc sink=%s: on_metrics callback failed", self.sink_id)

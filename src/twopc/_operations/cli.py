@@ -23,13 +23,12 @@ from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.liveness import DEFAULT_STALE_AFTER
 from twopc._coordination.steps import steps_on
 from twopc._engines.writer import resolve_commit_log, validate_sink_id
+from twopc._operations.recover import RecoveryReport, recover_sink
 from twopc._operations.status import (
     ProgressResolver,
     QueryStatus,
-    RecoveryReport,
     SinkStatus,
     StatusItem,
-    recover_sink,
     sink_status,
 )
 from twopc.errors import TwoPCError

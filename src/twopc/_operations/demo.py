@@ -226,22 +226,7 @@ def run_demo(
     """Run the demo; returns the verdict (also printed as the last line)."""
     if not 0 <= crash_batch < batches:
         raise ConfigurationError("crash_batch must be one of the batches")
-    if importlib.util.find_spec("pyspark") is None:
-        raise ExtraNotInstalledError(
-            "the demo runs a Spark streaming query, and PySpark is not installed: "
-            'pip install "twopc[files,spark]" (or run ./scripts/demo, which sets it all up)'
-        )
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise RuntimeError("Spark needs Java 17 or newer: install a JDK and put java on PATH")
-    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twopc-demo-"))
-    if base.exists() and any(base.iterdir()):
-        if not (base / _MARKER).exists():
-            raise ConfigurationError(
-                f"{base} is not empty and was not made by twopc demo; pick another --dir"
-            )
-        shutil.rmtree(base)
-    base.mkdir(parents=True, exist_ok=True)
-    (base / _MARKER).write_text("made by twopc demo; deleted and re-created by the next run\n")
+    base = _prepared_workdir(workdir)
     progress = _Progress(stream, batches)
     progress.step(f"twopc demo in {base}")
     _write_input(base / "input", rows, batches)
@@ -310,3 +295,25 @@ def _finish(
     progress.stream.write(result.line() + "\n")
     progress.stream.flush()
     return result
+
+
+def _prepared_workdir(workdir: str | None) -> Path:
+    """An empty work directory for the demo (one it made before is emptied), after checking
+    that PySpark and Java are there."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise ExtraNotInstalledError(
+            "the demo runs a Spark streaming query, and PySpark is not installed: "
+            'pip install "twopc[files,spark]" (or run ./scripts/demo, which sets it all up)'
+        )
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RuntimeError("Spark needs Java 17 or newer: install a JDK and put java on PATH")
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twopc-demo-"))
+    if base.exists() and any(base.iterdir()):
+        if not (base / _MARKER).exists():
+            raise ConfigurationError(
+                f"{base} is not empty and was not made by twopc demo; pick another --dir"
+            )
+        shutil.rmtree(base)
+    base.mkdir(parents=True, exist_ok=True)
+    (base / _MARKER).write_text("made by twopc demo; deleted and re-created by the next run\n")
+    return base

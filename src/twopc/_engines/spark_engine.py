@@ -1,0 +1,376 @@
+"""Phase 1 as Spark jobs: ``mapInArrow`` over the batch's partitions (Arrow in, one tiny
+report row out per partition), or, for a sink with the :class:`~twopc.WritesWithSpark`
+role, one Spark write job whose output the sink then describes as prepared work. The
+status tracker tells how many tasks ran and whether a stage was re-attempted."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+
+from twopc._contract.boundary import leaving_sink
+from twopc._contract.retry import wait_until
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc.errors import PermanentSinkError, SinkError
+from twopc.protocol import TaskContext, WritesWithSpark
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["JobTracker", "SparkEngine", "is_connect_session", "worker_error"]
+
+_log = logging.getLogger("twopc")
+
+_REPORT_SCHEMA = "report string"
+
+T = TypeVar("T")
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no py4j)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+_last_run = 0
+
+
+def _new_run_attempt() -> int:
+    """An id for one run of a batch's Spark write job: greater than every earlier one in
+    this process, and apart from those of earlier processes by the clock (milliseconds in
+    31 bits, which wrap after 24.8 days; recovery resolves an earlier process's runs of a
+    batch before a new one starts, so only this process's must differ)."""
+    global _last_run
+    now = int(time.time() * 1000) & 0x7FFFFFFF
+    _last_run = now if now > _last_run else (_last_run + 1) & 0x7FFFFFFF
+    return _last_run
+
+
+class JobTracker:
+    """The jobs of phase 1's action and their stages, read from Spark's status tracker in
+    a few py4j calls.
+
+    The action runs under a job tag of its own, so its jobs are looked up by that tag
+    rather than by listing every job of the query's job group before and after it: a
+    running query's group holds every job of the run that the status store retains
+    (``spark.ui.retainedJobs``, 1,000 by default), and PySpark's ``StatusTracker`` turns
+    a Java array into a list with one py4j call per element, so those two listings cost
+    more every batch. Arrays come over in one call here, as text."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+        self._arrays = context._jvm.java.util.Arrays
+        self._java = context._jsc.statusTracker()  # null where Spark forgot a job or stage
+        self._scala = context._jsc.sc().statusTracker()  # the one with getJobIdsForTag
+
+    @classmethod
+    def of(cls, spark: Any, known: JobTracker | None = None) -> JobTracker | None:
+        """The tracker of ``spark``'s context (``known`` if it is that context's);
+        ``None`` over Spark Connect, which has no status tracker, or where the tracker
+        cannot be reached (phase 1's jobs then count as unknown)."""
+        if is_connect_session(spark):
+            return None
+        context = spark.sparkContext
+        if known is not None and known.context is context:
+            return known
+        try:
+            return cls(context)
+        except Exception:
+            _log.debug("cannot reach Spark's status tracker", exc_info=True)
+            return None
+
+    def tag(self) -> str | None:
+        """Tag the jobs this thread starts from now on; returns the tag (``None``: the
+        tag could not be set)."""
+        tag = f"twopc-phase1-{uuid.uuid4().hex}"
+        try:
+            self.context.addJobTag(tag)
+        except Exception:
+            _log.debug("cannot tag phase 1's Spark jobs", exc_info=True)
+            return None
+        return tag
+
+    def untag(self, tag: str | None) -> set[int] | None:
+        """Stop tagging; the ids of the jobs that ran under ``tag`` (``None``: unknown)."""
+        if tag is None:
+            return None
+        try:
+            self.context.removeJobTag(tag)
+            return set(self._ints(self._scala.getJobIdsForTag(tag)))
+        except Exception:
+            _log.debug("cannot read phase 1's Spark jobs", exc_info=True)
+            return None
+
+    def stages(self, jobs: set[int]) -> list[int]:
+        """The stages of ``jobs`` that Spark still knows."""
+        found: list[int] = []
+        for job in sorted(jobs):
+            info = self._java.getJobInfo(job)
+            if info is not None:
+                found += self._ints(info.stageIds())
+        return found
+
+    def attempt(self, stage: int) -> int:
+        """The stage's current attempt number (0 for a stage Spark forgot)."""
+        info = self._java.getStageInfo(stage)
+        return int(info.currentAttemptId()) if info is not None else 0
+
+    def active_tasks(self, stage: int) -> int:
+        info = self._java.getStageInfo(stage)
+        return int(info.numActiveTasks()) if info is not None else 0
+
+    def tasks(self, stage: int) -> int | None:
+        """How many tasks (partitions) the stage has; ``None`` for a stage Spark forgot."""
+        info = self._java.getStageInfo(stage)
+        return int(info.numTasks()) if info is not None else None
+
+    def _ints(self, array: Any) -> list[int]:
+        text = str(self._arrays.toString(array)).strip("[]")
+        return [int(x) for x in text.split(",") if x.strip()]
+
+
+class SparkEngine(BatchEngine):
+    """Runs phase 1 on every partition of the batch DataFrame with ``mapInArrow``.
+
+    Over Spark Connect there is no status tracker: stage re-attempts and speculative
+    copies cannot be observed, so the engine says duplicates are possible and the
+    coordinator cleans up after every batch as if a copy had run."""
+
+    def __init__(
+        self,
+        df: DataFrame,
+        *,
+        speculation: bool = False,
+        spark_write: WritesWithSpark | None = None,
+        tracker: JobTracker | None = None,
+        evaluate_replays: bool = True,
+    ) -> None:
+        self._df = df
+        self._evaluate_replays = evaluate_replays
+        self._speculation = speculation
+        self._spark_write = spark_write
+        self._jobs: set[int] | None = set()
+        """Phase 1's Spark jobs; ``None`` when they could not be told."""
+        self._tracker = tracker or JobTracker.of(df.sparkSession)
+        self._partitions_run: int | None = None
+        """How many tasks phase 1's result stage ran (``None``: not known)."""
+        self._stages: list[int] | None = None
+        """The stages of phase 1's jobs, read once after its action (see :meth:`_phase1_stages`)."""
+
+    def partition_count(self) -> int | None:
+        """Partitions phase 1 will run, known before anything runs: the physical plan's
+        output partitioning (before adaptive execution coalesces: an upper bound), or, for a
+        plan without a shuffle (a scan), its RDD's partitions, which costs no job. ``None``
+        where neither can be read without running a job."""
+        try:
+            execution = self._df._jdf.queryExecution()
+            plan = execution.sparkPlan()
+            count = int(plan.outputPartitioning().numPartitions())
+            if count <= 0 and "Exchange" not in str(plan.treeString()):
+                count = int(self._df._jdf.rdd().getNumPartitions())
+        except Exception:
+            _log.debug("cannot read the batch's partition count from its plan", exc_info=True)
+            return None
+        return count if count > 0 else None
+
+    def concurrent_attempts(self) -> bool:
+        """Whether Spark may run a copy of a task next to it (``spark.speculation``)."""
+        return self._speculation
+
+    def duplicate_attempts_possible(self) -> bool:
+        """Whether a losing run of a task may have prepared: with ``spark.speculation`` on
+        (a speculative copy), or when phase 1's job re-attempted a stage (an executor was
+        lost: the old attempt's tasks may still run, and attempt numbers start again)."""
+        return self._speculation or self._stage_reattempted()
+
+    def _stage_reattempted(self) -> bool:
+        tracker = self._tracker
+        if tracker is None:
+            return True  # cannot tell over Spark Connect: clean up as if it did
+        if self._jobs is None:
+            return True  # phase 1's jobs are not known: clean up as if it did
+        try:
+            return any(tracker.attempt(stage) > 0 for stage in self._phase1_stages(tracker))
+        except Exception:
+            _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
+            return True  # cannot tell: clean up as if it did
+
+    def wait_for_stragglers(self, timeout: float) -> bool:
+        """Wait (bounded) until phase 1's job has no running task attempt left: Spark kills
+        the losing copies of speculated tasks only after the job has its results. Whether
+        they all ended (``False`` over Spark Connect, which cannot tell)."""
+        tracker = self._tracker
+        if tracker is None or self._jobs is None:
+            return False
+        stages = self._phase1_stages(tracker)
+        running: list[int] = []
+
+        def ended() -> bool:
+            running[:] = [stage for stage in stages if tracker.active_tasks(stage) > 0]
+            return not running
+
+        if wait_until(ended, timeout=timeout):
+            return True
+        _log.warning(
+            "task attempts of stage(s) %s still run after %.0fs; cleaning up anyway "
+            "(recovery at the next batch catches what they write later)",
+            running,
+            timeout,
+        )
+        return False
+
+    def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        if self._spark_write is not None:
+            return self._write_with_spark(task, self._spark_write)
+
+        def phase1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext as SparkTaskContext
+
+            context = SparkTaskContext.get()
+            partition = context.partitionId() if context else 0
+            attempt = context.attemptNumber() if context else 0
+            # attemptNumber counts from 0 again in a re-attempted stage (after an executor
+            # was lost): the task attempt id is what tells two runs of a partition apart
+            report = task.run(
+                partition,
+                attempt,
+                batches,
+                attempt_id=context.taskAttemptId() if context else None,
+            )
+            yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
+
+        rows = self._tracked(lambda: self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect())
+        self._partitions_run = self._result_stage_tasks()
+        return [TaskReport.loads(row["report"]) for row in rows]
+
+    def partitions_run(self) -> int | None:
+        """The tasks of phase 1's result stage, as Spark's status tracker counts them:
+        each one returns one report. ``None`` over Spark Connect (no status tracker) and for
+        the Spark write path (its reports are the sink's, made of the job's output)."""
+        return self._partitions_run
+
+    def _phase1_stages(self, tracker: JobTracker) -> list[int]:
+        """The stages of phase 1's jobs, read from the status tracker once: they do not
+        change after the action, and the completeness check, the stage-attempt check and
+        the straggler wait all need them (py4j calls on every batch)."""
+        if self._stages is None:
+            self._stages = tracker.stages(self._jobs or set())
+        return self._stages
+
+    def _result_stage_tasks(self) -> int | None:
+        tracker, jobs = self._tracker, self._jobs
+        if tracker is None or not jobs:
+            return None
+        try:
+            stages = self._phase1_stages(tracker)
+            # the result stage is created last: the highest id of the action's stages
+            return tracker.tasks(max(stages)) if stages else None
+        except Exception:
+            _log.debug("cannot read the task count of phase 1's result stage", exc_info=True)
+            return None
+
+    def _tracked(self, action: Callable[[], T], what: str = "the Spark job failed") -> T:
+        """Run one Spark action of phase 1, remembering its jobs (for the stage attempts
+        and the stragglers); a failure is raised as a :class:`~twopc.SinkError`."""
+        tracker = self._tracker
+        tag = tracker.tag() if tracker is not None else None
+        try:
+            return action()
+        except Exception as exc:
+            # The one place twopc reads structure out of message text, because nothing else
+            # reaches the driver: a task's Python exception is formatted into a string on
+            # the executor, carried inside the JVM's SparkException, and handed back through
+            # py4j (or Spark Connect) as text; the exception object, its class and its
+            # sink/batch/partition never cross. What must keep its class does not go this
+            # way: data a sink rejects is reported in-band, in the task's report (see
+            # Phase1Task._rejected). Everything else here failed after Spark's own retries,
+            # so a SinkError that quotes the worker's error line is all that is left to say.
+            raise SinkError(f"{what}: {worker_error(exc)}") from exc
+        finally:
+            if tracker is not None:
+                self._jobs = tracker.untag(tag)
+                self._stages = None
+
+    def _write_with_spark(self, task: Phase1Task, sink: WritesWithSpark) -> list[TaskReport]:
+        """Phase 1 as one Spark write job into the location the sink names for this run,
+        then the sink's prepared work made of the job's output, one report per partition.
+        Spark's committer settles failed, retried and speculative task attempts inside
+        that location; a failure anywhere leaves only what the sink's sweep removes."""
+        ctx = TaskContext(
+            task.sink_id,
+            task.query_id,
+            task.batch_id,
+            0,
+            _new_run_attempt(),
+            task.run_id,
+            concurrent_attempts=task.concurrent_attempts,
+        )
+        started = time.monotonic()
+        with leaving_sink(task.sink_id, task.batch_id):
+            write = sink.plan_spark_write(ctx, tuple(self._df.columns))
+        writer = self._df.write.format(write.format).mode("overwrite")
+        if write.options:
+            writer = writer.options(**write.options)
+        if write.partition_by:
+            writer = writer.partitionBy(*write.partition_by)
+        try:
+            self._tracked(lambda: writer.save(write.path), "the Spark write job failed")
+        except SinkError as exc:
+            cause = exc.__cause__
+            if cause is not None and _is_analysis_error(cause):
+                # refused while planning, before any task ran: the data cannot be written
+                # this way (a type the format cannot hold), so a retry would fail the same
+                raise PermanentSinkError(
+                    f"Spark's {write.format} writer refused the batch: {worker_error(cause)}",
+                    sink_id=task.sink_id,
+                    batch_id=task.batch_id,
+                ) from cause
+            raise
+        with leaving_sink(task.sink_id, task.batch_id, what="preparing Spark's output failed: "):
+            outputs = sink.spark_written(ctx, write)
+        seconds = time.monotonic() - started
+        return [
+            TaskReport(
+                output.committable.partition,
+                0,
+                TaskOutcome.PREPARED,
+                output.committable,
+                rows=output.rows,
+                bytes=output.bytes,
+                seconds=seconds,
+            )
+            for output in outputs
+        ]
+
+    def discard(self) -> None:
+        """Evaluate every partition, writing nothing: a stateful query's state stores must
+        commit for the replayed batch too, or Spark fails its commit validation. A batch
+        write (``evaluate_replays=False``) has no state: its skipped write reads nothing."""
+        if self._evaluate_replays:
+            self._df.write.format("noop").mode("overwrite").save()
+
+
+def _is_analysis_error(exc: BaseException) -> bool:
+    """Whether Spark refused a write while planning it (``AnalysisException``), classic or
+    over Spark Connect."""
+    return any(cls.__name__ == "AnalysisException" for cls in type(exc).__mro__)
+
+
+def worker_error(exc: BaseException, limit: int = 2000) -> str:
+    """The useful line of a failed Spark job's error: Spark reports a task's Python
+    exception as text inside its own, after the JVM's frames. The last line that reads
+    like a Python exception (``module.Type: message``) is the task's; a job that failed
+    for another reason (an executor lost) keeps Spark's own first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        head, sep, _ = line.partition(": ")
+        python_like = head.rsplit(".", 1)[-1].endswith(("Error", "Exception", "Fault"))
+        if sep and python_like and not head.startswith(("org.", "java.", "scala.", "py4j.")):
+            return line[:limit]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
