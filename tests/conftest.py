@@ -1,6 +1,6 @@
-"""Suite-wide pytest configuration: the conformance kit's closing summary, assertion
-rewriting for the shared test helpers (registered here, before any test module imports
-them: tests/chaos imports them too, and it is collected before tests/integration), and the
+"""Suite-wide pytest configuration: the conformance kit's closing summary, the shared
+fixtures of ``tests/harness`` (the real services, the suite's SparkSession), assertion
+rewriting for the harness (registered here, before any test module imports it), and the
 ``extended`` selection.
 
 Tests marked ``extended`` (the backend-by-case combinations of the long matrices beyond a
@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.jdbc_support")
+pytest.register_assert_rewrite("tests.harness")
 
-pytest_plugins = ["twopc.testing.plugin", "pytester"]
+pytest_plugins = [
+    "twopc.testing.plugin",
+    "pytester",
+    "tests.harness.service_fixtures",
+    "tests.harness.spark_fixtures",
+]
 
 EXTENDED_ENV = "TWOPC_TEST_EXTENDED"
 EXTENDED_LIST = Path(__file__).with_name("extended.txt")

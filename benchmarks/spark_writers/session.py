@@ -2,7 +2,7 @@
 
 Packages come from Maven Central through ``spark.jars.packages`` into the ivy cache in the
 user's home (``~/.cache/twopc/ivy``), never into the repository. The Kafka connector is
-chosen exactly as the tests choose it (``tests/integration/spark_kafka_job.py``): Spark
+chosen exactly as the tests choose it (``tests/harness/spark_kafka_job.py``): Spark
 4.3.0's ``spark-sql-kafka-0-10`` is not on Maven Central, so 4.2.0 with the 4.0.0 token
 provider is used when the matching version cannot be resolved.
 """
@@ -38,7 +38,7 @@ def start_session(
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
         **(conf or {}),
     }
-    from tests.integration.spark_kafka_job import CACHE, candidates, maven_jar
+    from tests.harness.spark_kafka_job import CACHE, candidates, maven_jar
 
     errors = []
     for kafka_packages, excludes, extra in candidates():

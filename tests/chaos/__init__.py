@@ -6,10 +6,12 @@ kills something, restarts the query until every batch is committed, then reads t
 back: every record exactly once, no prepared transaction, staged file or open Kafka
 transaction left, the service back up. See docs/chaos.md.
 
-Modules: :mod:`.scenario` (seed -> scenario), :mod:`.sinks` and :mod:`.query` (the query
-that is killed), :mod:`.spark_query` (its Spark version), :mod:`.targets` (namespaces and
-checks per backend), :mod:`.procs` (processes and kills), :mod:`.runner` (one run) and
-:mod:`.campaign` (the command line, summary and JSON).
+Modules: :mod:`.scenario` (seed -> scenario), :mod:`.runner` (one run),
+:mod:`.warm_spark` and :mod:`.spark_host` (long-lived Spark drivers for the Spark attempts)
+and :mod:`.campaign` (the command line, summary and JSON). What the campaign shares with the
+crash tests is in ``tests/harness``: ``sink_recipe`` and ``recipe_local_query`` (the query
+that is killed), ``recipe_spark_query`` (its Spark version), ``targets`` (namespaces and
+checks per backend), ``procs`` (processes and kills).
 
 It lives with the tests, not in the shipped package: it drives this repository's
 ``scripts/services`` and reads targets with the test suite's helpers.

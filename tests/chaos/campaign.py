@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tests.chaos.runner import Runner, RunResult
 from tests.chaos.scenario import MODES, TARGETS, NoScenario, Options, Scenario, draw
-from tests.helpers import REPO
-from tests.integration.services import Services
+from tests.harness.processes import REPO
+from tests.harness.services import Services
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.chaos import procs
-from tests.chaos.query import run_query
 from tests.chaos.scenario import SERVICE, SPECULATIVE_MASTER, Scenario
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.spark_query import STOP_AFTER_ENV
-from tests.chaos.targets import Target, make_target
 from tests.chaos.warm_spark import HostAttempt, WarmSpark
-from tests.e2e.standalone import standalone_cluster
-from tests.integration.services import Services
+from tests.harness import procs
+from tests.harness.recipe_local_query import run_query
+from tests.harness.recipe_spark_query import STOP_AFTER_ENV
+from tests.harness.services import Services
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.standalone import standalone_cluster
+from tests.harness.targets import Target, make_target
 
 LOCAL_TIMEOUT = 90.0
 SPARK_TIMEOUT = 300.0
@@ -129,7 +129,7 @@ class Runner:
         run_dir = self.workdir / f"run-{scenario.seed}-{uuid.uuid4().hex[:6]}"
         run_id = f"chaos-{scenario.seed}-{uuid.uuid4().hex[:8]}"
         target = make_target(scenario.backend, self.env)
-        spec: SinkSpec | None = None
+        spec: SinkRecipe | None = None
         try:
             self._ensure_up(target)
             spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
@@ -163,7 +163,7 @@ class Runner:
     # -- the query attempts ------------------------------------------------------------------
 
     def _attempts(
-        self, scenario: Scenario, target: Target, spec: SinkSpec, run_dir: Path, result: RunResult
+        self, scenario: Scenario, target: Target, spec: SinkRecipe, run_dir: Path, result: RunResult
     ) -> bool:
         if scenario.engine == "spark":
             _write_spark_input(scenario, run_dir / "in")
@@ -242,7 +242,7 @@ class Runner:
     def _start(
         self,
         scenario: Scenario,
-        spec: SinkSpec,
+        spec: SinkRecipe,
         run_dir: Path,
         log: Path,
         environ: dict[str, str | None],
@@ -281,7 +281,7 @@ class Runner:
             )
         args = [
             "-m",
-            "tests.chaos.spark_query",
+            "tests.harness.recipe_spark_query",
             "--spec",
             spec.dumps(),
             "--checkpoint",
@@ -296,7 +296,7 @@ class Runner:
         ]
         return procs.spawn(args, log, environ)
 
-    def _speculated(self, spec: SinkSpec, run_dir: Path, attempts: int) -> bool:
+    def _speculated(self, spec: SinkRecipe, run_dir: Path, attempts: int) -> bool:
         """Whether a speculative copy ran in a restart: a batch committed by a copy (the
         query's ``batch-done`` lines), or the losing copy's slow-task fault fired (its
         Python worker logs to the standalone cluster's executor logs, naming the sink)."""
@@ -343,7 +343,7 @@ class Runner:
         self,
         scenario: Scenario,
         target: Target,
-        spec: SinkSpec,
+        spec: SinkRecipe,
         completed: bool,
         result: RunResult,
     ) -> None:

@@ -10,7 +10,7 @@ production. (Attempts that kill the driver still run in their own process.)
 Requests are JSON lines on stdin: ``{"id", "spec", "checkpoint", "input", "partitions",
 "faults", "stop_after"}``. All output, the query's and its Python workers', goes to stdout;
 each attempt ends with the line ``{"event": "attempt-exit", "id": ID, "code": N}`` (``N`` as
-``tests.chaos.spark_query`` exits).
+``tests.harness.recipe_spark_query`` exits).
 
     python -m tests.chaos.spark_host --master local[2] [--speculation]
 """
@@ -22,8 +22,8 @@ import json
 import sys
 import traceback
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.spark_query import emit, run_query, session
+from tests.harness.recipe_spark_query import emit, run_query, session
+from tests.harness.sink_recipe import SinkRecipe
 
 EXIT_EVENT = "attempt-exit"
 
@@ -39,7 +39,7 @@ def serve(master: str, speculation: bool = False) -> int:
         try:
             code = run_query(
                 spark,
-                SinkSpec.loads(request["spec"]),
+                SinkRecipe.loads(request["spec"]),
                 request["checkpoint"],
                 request["input"],
                 int(request["partitions"]),

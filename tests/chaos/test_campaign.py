@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.chaos.scenario import MODES, TARGETS
-from tests.helpers import REPO
-from tests.integration.services import Services
+from tests.harness.processes import REPO
+from tests.harness.services import Services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 

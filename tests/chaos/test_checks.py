@@ -12,9 +12,9 @@ import pymysql
 import pytest
 from confluent_kafka import Producer
 
-from tests.chaos.targets import FilesTarget, KafkaTarget, SqlTarget
-from tests.integration.jdbc_support import gtrid_prefix
-from tests.integration.services import parse_mysql_dsn
+from tests.harness.services import parse_mysql_dsn
+from tests.harness.sql_sink_cases import gtrid_prefix
+from tests.harness.targets import FilesTarget, KafkaTarget, SqlTarget
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.chaos import procs
-from tests.chaos.sinks import SinkSpec
 from tests.chaos.spark_host import EXIT_EVENT
-from tests.helpers import REPO
+from tests.harness import procs
+from tests.harness.processes import REPO
+from tests.harness.sink_recipe import SinkRecipe
 
 _EXIT_CODE = re.compile(r'"code": (-?\d+)\}')
 HOST_GONE = 70
@@ -149,7 +149,7 @@ class WarmSpark:
     def start(
         self,
         master: str,
-        spec: SinkSpec,
+        spec: SinkRecipe,
         *,
         checkpoint: str,
         source: str,

@@ -1,65 +1,18 @@
-"""Spark fixtures: one in-process SparkSession for the suite's in-process queries."""
+"""The e2e tests' configuration: CI's representative subset of the long backend matrices
+(:data:`ROTATED`) and the Spark Connect server fixture. The suite's SparkSession
+(``spark``) and the real-service fixtures are in ``tests/harness`` (``spark_fixtures``,
+``service_fixtures``), loaded by ``tests/conftest.py``."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,3]")  # 2 cores, tasks retried up to 3 times
-        .appName("twopc-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-def write_orders(directory: Path, batches: int, rows_per_batch: int, start: int = 0) -> set[int]:
-    """JSON input files, one per micro-batch (read with maxFilesPerTrigger=1)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ids: set[int] = set()
-    for b in range(batches):
-        first = start + b * rows_per_batch
-        lines = [
-            json.dumps({"id": i, "customer": f"c{i % 7}", "amount": i * 0.5})
-            for i in range(first, first + rows_per_batch)
-        ]
-        ids.update(range(first, first + rows_per_batch))
-        (directory / f"orders-{start + b:06d}.json").write_text("\n".join(lines) + "\n")
-    return ids
-
-
-# ``case`` and ``backend``: every backend and mode, a fresh target per test; the real-service
-# fixtures (Postgres, MariaDB, Kafka, the schema registry) live with the integration tests.
-from tests.e2e.backend_cases import case  # noqa: E402, F401
-from tests.e2e.backend_queries import backend  # noqa: E402, F401
-from tests.integration.conftest import (  # noqa: E402, F401
-    kafka_bootstrap,
-    mysql_dsn,
-    mysql_params,
-    postgres_dsn,
-    s3_store,
-    schema_registry_url,
-    services,
-    services_cli,
-)
+# ``case`` and ``backend``: every backend and mode, a fresh target per test
+from tests.harness.backend_cases import case  # noqa: F401
+from tests.harness.backend_runs import backend  # noqa: F401
 
 # -- CI's representative subset of the long backend matrices ---------------------------------
 

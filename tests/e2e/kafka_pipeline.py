@@ -5,7 +5,7 @@ own process by ``test_kafka_spark.py`` (so the test can SIGKILL and restart it):
         --mode per_partition --sink-id ID --prefix P --max-offsets-per-trigger 40
 
 Spark's Kafka source package is resolved by the integration helpers
-(``tests/integration/spark_kafka_job.py``: spark-sql-kafka for the installed pyspark, or
+(``tests/harness/spark_kafka_job.py``: spark-sql-kafka for the installed pyspark, or
 the 4.2.0 fallback). Prints one JSON line per micro-batch (``{"event": "batch", ...}``) and
 ``{"event": "done"}`` at the end. Fault injection comes from ``TWOPC_FAULTS``.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from examples.kafka_access_log_counts import print_metrics, start_query
 
-from tests.integration.spark_kafka_job import build_session, candidates
+from tests.harness.spark_kafka_job import build_session, candidates
 
 
 def main() -> int:

@@ -23,8 +23,8 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     import twopc
-    from tests.chaos.sinks import SinkSpec, build_sink
-    from tests.chaos.spark_query import SPECULATION_CONF
+    from tests.harness.recipe_spark_query import SPECULATION_CONF
+    from tests.harness.sink_recipe import SinkRecipe, build_sink
 
     builder = (
         SparkSession.builder.master(master)
@@ -41,7 +41,7 @@ def main() -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for case in json.loads(cases_json):
-        spec = SinkSpec.loads(case["spec"])
+        spec = SinkRecipe.loads(case["spec"])
         frame = (
             spark.readStream.schema("id long, payload string")
             .json(case["input"])

@@ -21,9 +21,9 @@ import pytest
 from s3fs import S3FileSystem
 
 import twopc
-from tests.chaos.targets import make_target
 from tests.e2e.spark_s3a_reader import s3a_reader, stream_ids
-from tests.integration.conftest import S3Store
+from tests.harness.service_fixtures import S3Store
+from tests.harness.targets import make_target
 from twopc import InjectedFault
 from twopc.faults import FaultPlan
 from twopc.local import LocalStream, foreach_batch

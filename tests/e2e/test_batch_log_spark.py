@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import make_target
-from tests.e2e.backend_cases import add_input
-from tests.e2e.entry_runs import command, run
 from tests.e2e.spark_s3a_reader import s3a_reader
-from tests.helpers import read_ids, run_process
-from tests.integration.conftest import S3Store
+from tests.harness.backend_cases import add_input
+from tests.harness.entry_runs import command, run
+from tests.harness.outputs import read_ids
+from tests.harness.processes import run_process
+from tests.harness.service_fixtures import S3Store
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import make_target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -63,7 +64,9 @@ def _ids_of_batch(out: Path, batch: int) -> set[int]:
 def test_spark_reads_whole_batches_only(spark: Any, tmp_path: Path) -> None:
     entry = "foreach"  # format("twopc"): its commit runs in a worker that Spark replaces
     out = tmp_path / "out"
-    spec = SinkSpec("files", "parquet", "orders", str(out), options=json.dumps({"batch_log": True}))
+    spec = SinkRecipe(
+        "files", "parquet", "orders", str(out), options=json.dumps({"batch_log": True})
+    )
     source, checkpoint = tmp_path / "in", tmp_path / "chk"
     everything = add_input(source, 0) | add_input(source, 1)
     crashed = run(command(entry, spec, source, checkpoint, faults="between_commits:kill@batch=1"))
@@ -94,7 +97,16 @@ def test_spark_reads_whole_batches_only_on_s3(s3_store: S3Store, tmp_path: Path)
     spec = target.prepare(f"bl-{uuid.uuid4().hex[:12]}", "parquet", tmp_path, 1)  # own prefix
     options = {**json.loads(spec.options), "batch_log": True}
     spec = replace(spec, options=json.dumps(options))
-    query = ["-m", "tests.chaos.query", spec.dumps(), str(tmp_path / "chk"), "3", "2", "20", "1"]
+    query = [
+        "-m",
+        "tests.harness.recipe_local_query",
+        spec.dumps(),
+        str(tmp_path / "chk"),
+        "3",
+        "2",
+        "20",
+        "1",
+    ]
     everything = {b * 1000 + i for b in range(3) for i in range(40)}
     first_batch = set(range(40))
     reader = s3a_reader(

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_cases import add_input, assert_exactly_once, new_target
-from tests.e2e.entry_runs import command, kill_when_decided, run
+from tests.harness.backend_cases import add_input, new_target
+from tests.harness.entry_runs import command, kill_when_decided, run
+from tests.harness.exactly_once import assert_target_exactly_once
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,12 +59,12 @@ def test_a_batch_written_twice_is_written_once(target: Any, tmp_path: Path) -> N
     args = command(entry, spec, source, tmp_path / "log", write_id=KEY)
     first = run(args)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
     again = run(args)
     assert again.returncode == 0, again.stderr[-3000:]
     if entry == "batch":
         assert (_status(first.stdout), _status(again.stdout)) == ("committed", "skipped")
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -92,10 +93,10 @@ def test_a_failing_batch_write_leaves_nothing(target: Any, tmp_path: Path) -> No
     )
     assert failed.returncode != 0
     assert "injected" in failed.stderr.lower()
-    assert_exactly_once(target, spec, set())
+    assert_target_exactly_once(target, spec, set())
     rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,7 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
     assert seen in (Counter(), Counter(expected)), f"part of the write is visible: {seen}"
     rerun = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +151,7 @@ def test_a_batch_write_from_a_spark_connect_client(
     for _ in range(2):
         done = run(args)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert_exactly_once(target, spec, expected)
+        assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +181,7 @@ def test_a_python_worker_killed_mid_write_is_retried(target: Any, tmp_path: Path
         )
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 _STALL_POINT = {"files": "after_invoke", "postgres": "after_pre_commit"}
@@ -220,7 +221,7 @@ def test_an_executor_jvm_killed_mid_write(target: Any, tmp_path: Path) -> None:
     retry of partition 1 gives way to it and the write fails. It must fail clean (nothing
     visible; Spark's ``abort`` rolls the killed attempt's work back), and the same
     ``write_id`` run again writes every row once."""
-    from tests.e2e.entry_runs import kill_executors_when
+    from tests.harness.entry_runs import kill_executors_when
 
     entry, target, spec = target
     source = tmp_path / "in"
@@ -245,10 +246,10 @@ def test_an_executor_jvm_killed_mid_write(target: Any, tmp_path: Path) -> None:
     else:
         assert returncode != 0, output[-3000:]
         assert "left prepared work that the driver may be about to commit" in output
-        assert_exactly_once(target, spec, set())  # nothing visible, nothing left prepared
+        assert_target_exactly_once(target, spec, set())  # nothing visible, nothing left prepared
         again = run(command(entry, spec, source, tmp_path / "log", write_id=KEY))
         assert again.returncode == 0, again.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.extended
@@ -280,4 +281,4 @@ def test_sinks_that_could_leave_half_a_batch_are_refused(target: Any, tmp_path: 
     assert refused.returncode != 0
     expected = "commits each partition" if entry == "batch" else "in one task"
     assert expected in refused.stderr
-    assert_exactly_once(target, spec, set())
+    assert_target_exactly_once(target, spec, set())

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_cases import add_input, assert_exactly_once, new_target
-from tests.e2e.entry_runs import command, kill_when_decided, run
+from tests.harness.backend_cases import add_input, new_target
+from tests.harness.entry_runs import command, kill_when_decided, run
+from tests.harness.exactly_once import assert_target_exactly_once
 
 CASES = [
     ("files", "parquet"),
@@ -57,11 +58,11 @@ def test_a_format_query_runs_again_over_more_input(target: Any, tmp_path: Path) 
     expected = add_input(source, 0) | add_input(source, 1)
     first = run(command("format", spec, source, checkpoint))
     assert first.returncode == 0, first.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
     expected |= add_input(source, 2)
     second = run(command("format", spec, source, checkpoint))
     assert second.returncode == 0, second.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -82,12 +83,12 @@ def test_a_failing_task_commits_nothing_of_its_batch(target: Any, tmp_path: Path
     if spec.backend != "kafka":
         # batch 0 (one of the two files: Spark orders files of one timestamp its own way)
         # committed, nothing of batch 1
-        assert_exactly_once(target, spec, first if set(seen) <= first else second)
+        assert_target_exactly_once(target, spec, first if set(seen) <= first else second)
     # else per_partition commits in the task: partition 0 of batch 1 may be committed;
     # the replay skips it by its marker
     rerun = run(command("format", spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_the_driver_sigkilled_between_decision_and_commit(target: Any, tmp_path:
     expected = _killed_after_deciding_batch_1(spec, tmp_path)
     rerun = run(command("format", spec, tmp_path / "in", tmp_path / "chk"))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 def _killed_after_deciding_batch_1(spec: Any, tmp_path: Path) -> set[int]:
@@ -129,7 +130,7 @@ def test_spark_calls_commit_again_after_the_commit_process_died(
     assert died.returncode != 0
     rerun = run(command("format", spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +153,7 @@ def test_a_decided_batch_replays_without_writing_when_its_markers_are_gone(
     assert target.forget_markers(spec) > 0
     rerun = run(command("format", spec, tmp_path / "in", tmp_path / "chk"))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -186,4 +187,4 @@ def test_a_checkpoint_put_back_one_batch_behind_is_refused(target: Any, tmp_path
     assert refused.returncode != 0
     assert "batch 1 or a later one" in refused.stderr, refused.stderr[-3000:]
     assert target.committed(spec) == before
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)

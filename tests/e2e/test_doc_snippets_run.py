@@ -27,9 +27,9 @@ import pyarrow.dataset as ds
 import pytest
 
 import twopc
-from tests.helpers import REPO
-from tests.integration.services import parse_mysql_dsn
-from tests.unit.test_doc_snippets import Block, commands_of, find, replaced, run
+from tests.harness.doc_snippets import Block, commands_of, find, replaced, run
+from tests.harness.processes import REPO
+from tests.harness.services import parse_mysql_dsn
 
 # -- the services -------------------------------------------------------------------------
 
@@ -287,7 +287,7 @@ def test_format_postgres_snippet(
 @pytest.mark.e2e
 @pytest.mark.integration
 def test_format_kafka_snippet(spark: Any, tmp_path: Path, kafka_bootstrap: str) -> None:
-    from tests.integration.kafka_support import create_topic, read_messages, unique
+    from tests.harness.kafka_topics import create_topic, read_messages, unique
 
     block = find("docs/entry-points.md", '.option("sink", "kafka")')
     topic = create_topic(kafka_bootstrap, unique("doc-clicks"), partitions=2)
@@ -319,7 +319,7 @@ def test_batch_write_snippets(
     wrote already: skipped too."""
     import pyarrow.parquet as pq
 
-    from tests.integration.kafka_support import create_topic, read_messages, unique
+    from tests.harness.kafka_topics import create_topic, read_messages, unique
 
     (tmp_path / "orders").mkdir()
     days = ["2026-11-25", "2026-11-25", "2026-11-24"]

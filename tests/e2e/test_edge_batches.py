@@ -23,14 +23,8 @@ from typing import Any
 import pytest
 
 import twopc
-from tests.e2e.backend_queries import (
-    BACKENDS,
-    SQL_UPSERTS,
-    BackendRun,
-    run_query,
-    write_input,
-)
-from tests.helpers import assert_exactly_once
+from tests.harness.backend_runs import BACKENDS, SQL_UPSERTS, BackendRun, run_query, write_input
+from tests.harness.exactly_once import assert_exactly_once
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

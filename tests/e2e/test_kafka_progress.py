@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from tests.e2e.test_kafka_spark import (
+from tests.e2e.access_log_pipeline import (
     CRASH_BATCH,
     access_lines,
     assert_each_window_once,
@@ -35,9 +35,7 @@ from tests.e2e.test_kafka_spark import (
     pipeline_args,
     produce_input,
 )
-from tests.helpers import run_process
-from tests.integration.conftest import kafka_bootstrap, postgres_dsn  # noqa: F401  (fixtures)
-from tests.integration.kafka_support import (
+from tests.harness.kafka_topics import (
     TIMEOUT,
     create_topic,
     describe_group_with_kafka_tool,
@@ -45,7 +43,8 @@ from tests.integration.kafka_support import (
     group_offsets,
     unique,
 )
-from tests.integration.test_status_recover import status_json
+from tests.harness.processes import run_process
+from tests.harness.status_cli import status_json
 from twopc import SourceOffsets
 from twopc_kafka import ConsumerGroup
 
@@ -101,7 +100,7 @@ class WindowsTable:
 
 
 @pytest.fixture
-def table(postgres_dsn: str) -> Iterator[WindowsTable]:  # noqa: F811
+def table(postgres_dsn: str) -> Iterator[WindowsTable]:
     """A fresh name for the windows table, dropped afterwards."""
     created = WindowsTable(postgres_dsn, f"access_counts_{unique('t').replace('-', '_')}")
     yield created
@@ -134,7 +133,7 @@ def _assert_at_the_end(bootstrap: str, source: str, group: str, checkpoint: Path
     ],
 )
 def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
-    kafka_bootstrap: str,  # noqa: F811
+    kafka_bootstrap: str,
     tmp_path: Path,
     mode: str,
     point: str,
@@ -178,7 +177,7 @@ def test_kafka_to_kafka_group_agrees_with_the_output_through_a_driver_crash(
     ],
 )
 def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
-    kafka_bootstrap: str,  # noqa: F811
+    kafka_bootstrap: str,
     table: WindowsTable,
     tmp_path: Path,
     point: str,
@@ -206,7 +205,7 @@ def test_kafka_to_postgres_group_follows_the_commits_through_a_driver_crash(
 
 @pytest.mark.extended  # ~50 s; CI runs the same publish path through Kafka -> Postgres
 def test_a_format_query_publishes_its_progress_after_each_commit(
-    kafka_bootstrap: str,  # noqa: F811
+    kafka_bootstrap: str,
     table: WindowsTable,
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import twopc
-from tests.helpers import read_ids, staged_attempts
+from tests.harness.outputs import read_ids, staged_attempts
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.coordinator import Coordinator
 from twopc._coordination.phase1 import Phase1Task

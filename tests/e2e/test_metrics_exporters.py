@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 import twopc
-from tests.e2e.conftest import write_orders
+from tests.harness.spark_fixtures import write_orders
 from twopc.metrics import (
     OpenTelemetryExporter,
     PrometheusExporter,

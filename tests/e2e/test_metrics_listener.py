@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_exactly_once, read_ids, run_process
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.outputs import read_ids
+from tests.harness.processes import run_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -15,12 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_queries import (
-    BACKENDS,
-    BackendRun,
-    run_query,
-    write_input,
-)
+from tests.harness.backend_runs import BACKENDS, BackendRun, run_query, write_input
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

@@ -2,9 +2,9 @@
 ``read_parquet`` with a recursive glob, DuckDB with a glob as deep as the layout, and
 ``pyarrow.dataset``. docs/backends/files.md ("What readers see") states these results.
 
-The query (``tests.chaos.query``, the local engine) writes 2 batches of 2 partitions x 10
-rows; the crash freezes batch 1 at a point, a restart finishes it. DuckDB's ``**`` does
-not skip ``_``-prefixed directories, so under ``commit_by="move"`` it lists the staged
+The query (``tests.harness.recipe_local_query``, the local engine) writes 2 batches of 2
+partitions x 10 rows; the crash freezes batch 1 at a point, a restart finishes it. DuckDB's
+``**`` does not skip ``_``-prefixed directories, so under ``commit_by="move"`` it lists the staged
 files under ``_twopc_staging/``; their names end in ``.inprogress``, so a glob on
 ``*.parquet`` (or a directory, read as ``**/*.parquet``) does not match them. A glob
 that matches their names too (``**/*.parquet*``) would read them: rows of a batch not yet
@@ -26,10 +26,11 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import make_target
-from tests.helpers import assert_exactly_once, run_process
-from tests.integration.conftest import S3Store
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.processes import run_process
+from tests.harness.service_fixtures import S3Store
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import make_target
 
 pytestmark = [pytest.mark.e2e]
 
@@ -42,8 +43,17 @@ RETRIED_THEN_DECIDED = (
 )
 
 
-def _query(spec: SinkSpec, checkpoint: Path) -> list[str]:
-    return ["-m", "tests.chaos.query", spec.dumps(), str(checkpoint), "2", "2", "10", "2"]
+def _query(spec: SinkRecipe, checkpoint: Path) -> list[str]:
+    return [
+        "-m",
+        "tests.harness.recipe_local_query",
+        spec.dumps(),
+        str(checkpoint),
+        "2",
+        "2",
+        "10",
+        "2",
+    ]
 
 
 def _duckdb(pattern: str, *, hive: bool = False, **fs: Any) -> Counter[int]:
@@ -80,7 +90,7 @@ def test_duckdb_globs_on_the_extension_skip_staged_files_under_move(
 ) -> None:
     out = tmp_path / "out"
     options = {"partition_by": list(partition_by)} if partition_by else {}
-    spec = SinkSpec("files", "parquet", "orders", str(out), options=json.dumps(options))
+    spec = SinkRecipe("files", "parquet", "orders", str(out), options=json.dumps(options))
     crashed = run_process(_query(spec, tmp_path / "chk"), faults=RETRIED_THEN_DECIDED)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     hive = bool(partition_by)
@@ -111,7 +121,7 @@ def test_every_reader_sees_a_half_committed_batch_without_spark(tmp_path: Path) 
     (here DuckDB and pyarrow, with the batch log on) sees half of batch 1; only Spark's
     readers follow ``_spark_metadata`` (tests/e2e/test_batch_log_spark.py)."""
     out = tmp_path / "out"
-    spec = SinkSpec("files", "parquet", "orders", str(out), options='{"batch_log": true}')
+    spec = SinkRecipe("files", "parquet", "orders", str(out), options='{"batch_log": true}')
     crashed = run_process(_query(spec, tmp_path / "chk"), faults="between_commits:kill@batch=1")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     half = _pyarrow(out)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import twopc
-from tests.helpers import REPO
+from tests.harness.processes import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

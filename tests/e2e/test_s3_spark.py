@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import s3fs
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import S3FilesTarget, make_target
-from tests.e2e.backend_cases import add_input
-from tests.e2e.entry_runs import command, kill_executors_when, kill_when, run
-from tests.helpers import run_process
-from tests.integration.conftest import S3Store
-from tests.integration.services import ServiceControl
+from tests.harness.backend_cases import add_input
+from tests.harness.entry_runs import command, kill_executors_when, kill_when, run
+from tests.harness.exactly_once import assert_target_exactly_once
+from tests.harness.processes import run_process
+from tests.harness.service_fixtures import S3Store
+from tests.harness.services import ServiceControl
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import S3FilesTarget, make_target
 from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -35,7 +36,7 @@ CRASH_BATCH = 1
 
 
 @pytest.fixture
-def target(s3_store: S3Store, tmp_path: Path) -> Iterator[tuple[S3FilesTarget, SinkSpec]]:
+def target(s3_store: S3Store, tmp_path: Path) -> Iterator[tuple[S3FilesTarget, SinkRecipe]]:
     target = make_target("s3", s3_store.env())
     assert isinstance(target, S3FilesTarget)
     spec = target.prepare(f"s3-{tmp_path.name[-12:]}", "parquet", tmp_path, 1)
@@ -43,23 +44,16 @@ def target(s3_store: S3Store, tmp_path: Path) -> Iterator[tuple[S3FilesTarget, S
     target.cleanup(spec)
 
 
-def _glob(target: S3FilesTarget, spec: SinkSpec, pattern: str) -> list[str]:
+def _glob(target: S3FilesTarget, spec: SinkRecipe, pattern: str) -> list[str]:
     """Objects under the output matching ``pattern`` (relative to it), listed afresh."""
     s3 = s3fs.S3FileSystem(**target.storage_options())
     s3.invalidate_cache()
     return list(s3.glob(f"{spec.address.removeprefix('s3://')}/{pattern}"))
 
 
-def _decided(target: S3FilesTarget, spec: SinkSpec, batch_id: int) -> bool:
+def _decided(target: S3FilesTarget, spec: SinkRecipe, batch_id: int) -> bool:
     """Whether the commit log, next to the data on the store, holds the batch's decision."""
     return bool(_glob(target, spec, f"_twopc/{spec.sink_id}/*/{batch_id:020d}.decision.json"))
-
-
-def _assert_exactly_once(target: S3FilesTarget, spec: SinkSpec, expected: set[int]) -> None:
-    seen = target.committed(spec)
-    assert sorted(i for i, n in seen.items() if n > 1) == []
-    assert set(seen) == expected
-    assert target.leftovers(spec) == []
 
 
 def _input(tmp_path: Path) -> tuple[Path, Path, set[int]]:
@@ -80,7 +74,7 @@ def test_the_driver_sigkilled_between_decision_and_commit(
     assert any("open upload" in item for item in s3_target.leftovers(spec))
     rerun = run(command(entry, spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    _assert_exactly_once(s3_target, spec, expected)
+    assert_target_exactly_once(s3_target, spec, expected)
 
 
 @pytest.mark.extended
@@ -104,7 +98,7 @@ def test_the_driver_sigkilled_at_a_crash_point(
     assert max(seen.values(), default=1) == 1 and set(seen) < expected
     rerun = run(command("foreach", spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    _assert_exactly_once(s3_target, spec, expected)
+    assert_target_exactly_once(s3_target, spec, expected)
 
 
 @pytest.mark.extended
@@ -131,7 +125,7 @@ def test_a_python_worker_sigkilled_at_a_crash_point_is_retried(
     done = run(command("foreach", spec, source, checkpoint, faults=faults, master="local[2,2]"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fault injection:" in done.stderr  # the worker was killed
-    _assert_exactly_once(s3_target, spec, expected)
+    assert_target_exactly_once(s3_target, spec, expected)
 
 
 @pytest.mark.extended
@@ -158,7 +152,7 @@ def test_both_executor_jvms_sigkilled_mid_task(target: Any, tmp_path: Path) -> N
         "partition 1 of the batch started",
     )
     assert returncode == 0, output[-3000:]
-    _assert_exactly_once(s3_target, spec, expected)
+    assert_target_exactly_once(s3_target, spec, expected)
 
 
 def test_the_s3_server_sigkilled_between_decision_and_commit(
@@ -177,4 +171,4 @@ def test_the_s3_server_sigkilled_between_decision_and_commit(
     services.start("s3")
     rerun = run(command("foreach", spec, source, checkpoint))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    _assert_exactly_once(s3_target, spec, expected)
+    assert_target_exactly_once(s3_target, spec, expected)

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.backend_cases import add_input, assert_exactly_once, new_target
-from tests.e2e.entry_runs import command, run, wait_for_decided
+from tests.harness.backend_cases import add_input, new_target
+from tests.harness.entry_runs import command, run, wait_for_decided
+from tests.harness.exactly_once import assert_target_exactly_once
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -66,11 +67,11 @@ def test_a_query_from_a_connect_client_runs_again_over_more_input(
     expected = add_input(source, 0) | add_input(source, 1)
     first = run(command(entry, spec, source, checkpoint, remote=connect.url))
     assert first.returncode == 0, first.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
     expected |= add_input(source, 2)
     second = run(command(entry, spec, source, checkpoint, remote=connect.url))
     assert second.returncode == 0, second.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize("target", _params(KILL_CASES), indirect=True)
@@ -82,7 +83,7 @@ def test_the_connect_server_sigkilled_between_decision_and_commit(
     expected = set().union(*(add_input(source, i) for i in range(3)))
     import subprocess
 
-    from tests.e2e.entry_runs import _env
+    from tests.harness.entry_runs import _env
 
     client = subprocess.Popen(
         command(
@@ -106,7 +107,7 @@ def test_the_connect_server_sigkilled_between_decision_and_commit(
     assert len(target.committed(spec)) < len(expected)  # batch 1 decided, not all visible
     rerun = run(command(entry, spec, source, checkpoint, remote=connect.url))
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)
 
 
 @pytest.mark.parametrize(
@@ -129,4 +130,4 @@ def test_a_checkpoint_location_of_another_query_is_refused(
     assert second.returncode != 0
     assert "is not the checkpoint of the query" in second.stderr, second.stderr[-3000:]
     assert target.committed(spec) == before
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)

@@ -38,13 +38,13 @@ import pyarrow.dataset as ds
 import pytest
 
 import twopc
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import S3FilesTarget, SqlTarget
 from tests.e2e.corners_sql_query import run_query as run_sql_query
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import run_process
-from tests.integration.conftest import S3Store
-from tests.integration.kafka_support import admin, create_topic, read_messages
+from tests.harness.databases import Database
+from tests.harness.kafka_topics import admin, create_topic, read_messages
+from tests.harness.processes import run_process
+from tests.harness.service_fixtures import S3Store
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import S3FilesTarget, SqlTarget
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -291,7 +291,7 @@ def test_sql_delete_column_replays_change_nothing_twice(
         f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, val VARCHAR(20), seq BIGINT, "
         "run VARCHAR(20))"
     )
-    spec = SinkSpec(backend, transaction_mode, sink_id, dsn, table)
+    spec = SinkRecipe(backend, transaction_mode, sink_id, dsn, table)
     batches = UPSERT_BATCHES if mode == "upsert" else APPEND_BATCHES
     _write_input(
         tmp_path / "in",
@@ -568,7 +568,7 @@ def test_storage_options_given_to_the_sink_only_reach_the_executors_and_the_comm
         done = {Path(p).name.split(".")[0] for p in log if p.endswith(".done")}
         assert decided == done == {f"{b:020d}" for b in range(3)}, log
         assert not (tmp_path / "chk" / "twopc").exists()  # nothing of it in the checkpoint
-        spec = SinkSpec("files", "parquet", sink_id, f"s3://{root}")
+        spec = SinkRecipe("files", "parquet", sink_id, f"s3://{root}")
         assert S3FilesTarget(s3_store.env()).leftovers(spec) == []  # no staged object or upload
     finally:
         if fs.exists(root):
@@ -619,4 +619,4 @@ def test_mariadb_two_phase_delete_column_over_two_partitions(
         for gid in target.prepared(sink_id):
             gtrid, _, bqual = gid.partition(":")
             db.query("XA ROLLBACK %s, %s", (gtrid, bqual))
-        target.cleanup(SinkSpec("mysql", "two_phase", sink_id, mysql_dsn, table))
+        target.cleanup(SinkRecipe("mysql", "two_phase", sink_id, mysql_dsn, table))

@@ -6,42 +6,19 @@ own writer (``write_path="spark"``, what ``auto`` chooses for Parquet on a local
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import twopc
-from tests.e2e.conftest import write_orders
-from tests.helpers import assert_exactly_once, read_ids, staged_attempts
+from tests.e2e.orders_stream import run_orders_stream
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.outputs import read_ids, staged_attempts
+from tests.harness.spark_fixtures import write_orders
 from twopc_files import FilesSink
 
 pytestmark = [pytest.mark.e2e]
-
-SCHEMA = "id long, customer string, amount double"
-
-
-def _run(
-    spark: Any,
-    source: Path,
-    checkpoint: Path,
-    writer: Callable[[Any, int], None],
-    partitions: int = 2,
-) -> None:
-    stream = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .repartition(partitions, "id")
-    )
-    query = (
-        stream.writeStream.option("checkpointLocation", str(checkpoint))
-        .foreachBatch(writer)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
 
 
 def _spark_ids(spark: Any, output: Path) -> tuple[int, int]:
@@ -59,7 +36,7 @@ def test_query_writes_every_row_once(spark: Any, tmp_path: Path, write_path: str
         "files", path=str(tmp_path / "out"), partition_by=["customer"], write_path=write_path
     )
     writer = twopc.foreach_batch(sink, sink_id="orders")
-    _run(spark, tmp_path / "in", tmp_path / "chk", writer)
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", writer)
 
     assert _spark_ids(spark, tmp_path / "out") == (600, 600)
     assert_exactly_once(read_ids(tmp_path / "out"), expected)
@@ -85,14 +62,16 @@ def test_query_writes_every_row_once(spark: Any, tmp_path: Path, write_path: str
 def test_replayed_batch_writes_nothing(spark: Any, tmp_path: Path, write_path: str) -> None:
     write_orders(tmp_path / "in", batches=2, rows_per_batch=100)
     sink = twopc.create_sink("files", path=str(tmp_path / "out"), write_path=write_path)
-    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, sink_id="orders"))
+    run_orders_stream(
+        spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, sink_id="orders")
+    )
     files_before = sorted(p.name for p in (tmp_path / "out").glob("*.parquet"))
 
     # The driver died after the commit but before Spark wrote commits/1: Spark re-runs batch 1.
     (tmp_path / "chk" / "commits" / "1").unlink()
     (tmp_path / "chk" / "commits" / ".1.crc").unlink(missing_ok=True)
     replay = twopc.foreach_batch(sink, sink_id="orders")
-    _run(spark, tmp_path / "in", tmp_path / "chk", replay)
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", replay)
 
     assert [(m.batch_id, m.status) for m in replay.metrics] == [(1, "skipped")]
     assert sorted(p.name for p in (tmp_path / "out").glob("*.parquet")) == files_before
@@ -106,7 +85,7 @@ def test_failed_task_is_retried_and_its_attempt_leaves_nothing(spark: Any, tmp_p
     sink = twopc.create_sink("files", path=str(tmp_path / "out"), write_path="python")
     faults = twopc.FaultPlan.parse("after_invoke:raise@batch=1,partition=1,attempt=0")
     writer = twopc.foreach_batch(sink, sink_id="orders", faults=faults)
-    _run(spark, tmp_path / "in", tmp_path / "chk", writer)
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", writer)
 
     assert_exactly_once(read_ids(tmp_path / "out"), expected)
     batch1 = writer.metrics[-1]
@@ -126,7 +105,9 @@ def test_bad_input_fails_clearly_commits_nothing_and_recovers(
     from pyspark.errors import StreamingQueryException
 
     with pytest.raises(StreamingQueryException) as failure:
-        _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(broken, "orders"))
+        run_orders_stream(
+            spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(broken, "orders")
+        )
     message = str(failure.value)
     # Spark's writer is planned on the driver, before any partition runs
     where = ", partition" if write_path == "python" else ""
@@ -138,17 +119,21 @@ def test_bad_input_fails_clearly_commits_nothing_and_recovers(
     fixed = twopc.create_sink(
         "files", path=str(tmp_path / "out"), partition_by=["customer"], write_path=write_path
     )
-    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(fixed, "orders"))
+    run_orders_stream(
+        spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(fixed, "orders")
+    )
     assert_exactly_once(read_ids(tmp_path / "out"), expected)
 
 
 def test_new_checkpoint_is_never_skipped_silently(spark: Any, tmp_path: Path) -> None:
     expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=50)
     sink = twopc.create_sink("files", path=str(tmp_path / "out"))
-    _run(spark, tmp_path / "in", tmp_path / "chk-a", twopc.foreach_batch(sink, "orders"))
+    run_orders_stream(
+        spark, tmp_path / "in", tmp_path / "chk-a", twopc.foreach_batch(sink, "orders")
+    )
     # A new checkpoint restarts batch ids at 0; a (sink, batch) marker would skip them all.
     writer = twopc.foreach_batch(sink, "orders")
-    _run(spark, tmp_path / "in", tmp_path / "chk-b", writer)
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk-b", writer)
 
     assert [m.status for m in writer.metrics] == ["committed", "committed"]
     ids = read_ids(tmp_path / "out")
@@ -164,7 +149,7 @@ class _LogInCheckpointSink(FilesSink):
 def test_commit_log_defaults_to_the_checkpoint(spark: Any, tmp_path: Path) -> None:
     expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=50)
     sink = _LogInCheckpointSink(str(tmp_path / "out"))
-    _run(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, "orders"))
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, "orders"))
 
     decisions = sorted((tmp_path / "chk" / "twopc" / "orders").glob("*/*.decision.json"))
     assert [p.name[:20] for p in decisions] == [f"{b:020d}" for b in range(2)]

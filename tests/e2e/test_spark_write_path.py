@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import FilesTarget
-from tests.e2e.backend_cases import add_input, run_query
-from tests.e2e.entry_runs import command, kill_executors_when, kill_when, run
-from tests.helpers import assert_exactly_once, read_ids, staged_attempts
+from tests.harness.backend_cases import add_input, run_query
+from tests.harness.entry_runs import command, kill_executors_when, kill_when, run
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.outputs import read_ids, staged_attempts
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import FilesTarget
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -30,8 +31,8 @@ CRASH_BATCH = 1
 FINAL_NAME = re.compile(r"part-[0-9a-f]{12}-b\d{8}-p\d{5}-\d{4}\.snappy\.parquet")
 
 
-def _spec(tmp_path: Path, **options: object) -> SinkSpec:
-    return SinkSpec(
+def _spec(tmp_path: Path, **options: object) -> SinkRecipe:
+    return SinkRecipe(
         "files",
         "parquet",
         f"wp-{uuid.uuid4().hex[:8]}",
@@ -77,7 +78,7 @@ def test_a_failed_spark_write_job_leaves_nothing(spark: Any, tmp_path: Path) -> 
         .withColumn("payload", F.coalesce(failing.cast("string"), F.col("payload")))
     )
     import twopc
-    from tests.chaos.sinks import build_sink
+    from tests.harness.sink_recipe import build_sink
 
     writer = twopc.foreach_batch(build_sink(spec), spec.sink_id)
     query = (

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import Target, make_target
-from tests.e2e import entry_runs
-from tests.e2e.backend_cases import add_input
-from tests.e2e.standalone import standalone_cluster
-from tests.helpers import run_process
+from tests.harness import entry_runs
+from tests.harness.backend_cases import add_input
+from tests.harness.processes import run_process
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.standalone import standalone_cluster
+from tests.harness.targets import Target, make_target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -93,7 +93,7 @@ def test_speculative_copies_commit_exactly_one_attempt(
     cluster: str,
     cases: list[tuple[str, str, str]],
 ) -> None:
-    runs: list[tuple[Target, SinkSpec, set[int], str]] = []
+    runs: list[tuple[Target, SinkRecipe, set[int], str]] = []
     payload: list[dict[str, Any]] = []
     for backend, mode, loser in cases:
         target = make_target(backend, _env(request, backend))

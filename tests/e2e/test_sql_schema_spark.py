@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import run_process
+from tests.harness.databases import Database
+from tests.harness.processes import run_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow, pytest.mark.extended]
 

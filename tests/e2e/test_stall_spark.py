@@ -17,22 +17,22 @@ from typing import Any, NamedTuple
 import pytest
 from pyspark import cloudpickle
 
-import tests.integration.services
-import tests.integration.stalls
+import tests.harness.services
+import tests.harness.stalls
 import twopc
-from tests.e2e.conftest import write_orders
-from tests.e2e.test_spark_files import _run
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import assert_exactly_once
-from tests.integration.kafka_support import (
+from tests.e2e.orders_stream import run_orders_stream
+from tests.harness.databases import Database
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.kafka_topics import (
     committed_keys,
     create_topic,
     uncommitted_keys,
     unique,
     wait_until_stable,
 )
-from tests.integration.services import ServiceControl
-from tests.integration.stalls import FlushingKafkaSink, Stall, StallAt
+from tests.harness.services import ServiceControl
+from tests.harness.spark_fixtures import write_orders
+from tests.harness.stalls import FlushingKafkaSink, Stall, StallAt
 from twopc.faults import CrashPoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -42,8 +42,8 @@ RETRY = twopc.RetryPolicy(max_attempts=2, initial_backoff_seconds=0.1)
 
 # The stall plan and the test sink travel to Spark's Python workers, which cannot import
 # the tests package: pickle them by value.
-cloudpickle.register_pickle_by_value(tests.integration.stalls)
-cloudpickle.register_pickle_by_value(tests.integration.services)
+cloudpickle.register_pickle_by_value(tests.harness.stalls)
+cloudpickle.register_pickle_by_value(tests.harness.services)
 
 
 def _fails_while_stalled(
@@ -51,7 +51,9 @@ def _fails_while_stalled(
 ) -> str:
     """Run the query into the stall; it must fail, naming a task, before the resume."""
     # Spark stops the query with a StreamingQueryException holding twopc's message
-    failed = stall.fails(lambda: _run(spark, tmp_path / "in", tmp_path / "chk", writer))
+    failed = stall.fails(
+        lambda: run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", writer)
+    )
     text = str(failed)
     # the task that fails first is named: the stalled one, or another one that met the
     # stopped service (tasks of a batch run in parallel)
@@ -93,7 +95,7 @@ def test_kafka_broker_stalled_in_phase1(
     assert all(n == 1 for n in committed.values()), committed
 
     restart = twopc.foreach_batch(sink, sink_id, retry=RETRY)
-    _run(spark, tmp_path / "in", tmp_path / "chk", restart)
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", restart)
     wait_until_stable(kafka_bootstrap, topic, within=15)
     ids = Counter(int(k) for k in committed_keys(kafka_bootstrap, topic).elements())
     assert_exactly_once(ids, expected)
@@ -163,7 +165,7 @@ def test_database_stalled(
         assert all(n == 1 for n in db.ids(table).values())
 
         restart = twopc.foreach_batch(sink, sink_id, retry=RETRY)
-        _run(spark, tmp_path / "in", tmp_path / "chk", restart)
+        run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", restart)
         assert_exactly_once(db.ids(table), expected)
         assert db.prepared(sink_id) == []
     finally:

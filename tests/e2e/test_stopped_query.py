@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.sinks import SinkSpec
-from tests.chaos.targets import Target
-from tests.e2e.backend_cases import add_input, assert_exactly_once, run_query, start_query
+from tests.harness.backend_cases import add_input, run_query, start_query
+from tests.harness.exactly_once import assert_target_exactly_once
+from tests.harness.sink_recipe import SinkRecipe
+from tests.harness.targets import Target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -44,7 +45,7 @@ def _stop_during_batch_1(query: Any, writer: Any, stall_seconds: float) -> float
 
 @pytest.mark.parametrize("where", list(STALLS))
 def test_stop_during_a_batch_then_restart(
-    spark: Any, tmp_path: Path, case: tuple[Target, SinkSpec], where: str
+    spark: Any, tmp_path: Path, case: tuple[Target, SinkRecipe], where: str
 ) -> None:
     target, spec = case
     expected = add_input(tmp_path / "in", 0) | add_input(tmp_path / "in", 1)
@@ -74,4 +75,4 @@ def test_stop_during_a_batch_then_restart(
 
     expected |= add_input(tmp_path / "in", 2)
     run_query(spark, spec, tmp_path / "in", tmp_path / "chk", partitions=2)
-    assert_exactly_once(target, spec, expected)
+    assert_target_exactly_once(target, spec, expected)

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.chaos.sinks import SinkSpec, build_sink
-from tests.chaos.targets import KafkaTarget, SqlTarget, Target
-from tests.integration.kafka_support import TIMEOUT
+from tests.harness.kafka_topics import uncommitted_count
+from tests.harness.sink_recipe import SinkRecipe, build_sink
+from tests.harness.targets import KafkaTarget, SqlTarget, Target
 from twopc.local import LocalStream
 
 pytestmark = [pytest.mark.integration]
@@ -38,50 +38,20 @@ def _partitions(first: int, rows: int, count: int, key: bool) -> list[pa.Table]:
     return tables
 
 
-def _kafka_sink(spec: SinkSpec, prefix: str) -> twopc.Sink[Any]:
+def _kafka_sink(spec: SinkRecipe, prefix: str) -> twopc.Sink[Any]:
     return build_sink(replace(spec, prefix=prefix))
 
 
 @pytest.fixture
-def kafka_case(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[KafkaTarget, SinkSpec]]:
+def kafka_case(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[KafkaTarget, SinkRecipe]]:
     target = KafkaTarget(kafka_bootstrap)
     spec = target.prepare(f"co-{uuid.uuid4().hex[:10]}", "per_partition", tmp_path, 2)
     yield target, spec
     target.cleanup(spec)
 
 
-def _uncommitted_count(bootstrap: str, topic: str) -> int:
-    """Records a read_uncommitted reader sees (aborted ones included)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_uncommitted",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        seen = 0
-        idle = 0
-        while idle < 6:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                idle += 1
-                continue
-            if msg.error() is None and msg.topic() == topic:
-                seen += 1
-                idle = 0
-        return seen
-    finally:
-        consumer.close()
-
-
 def test_kafka_restart_with_another_prefix_and_fewer_partitions_aborts_the_old_run(
-    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkSpec]
+    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkRecipe]
 ) -> None:
     target, spec = kafka_case
     first = _partitions(0, 120, 12, key=True)
@@ -96,7 +66,7 @@ def test_kafka_restart_with_another_prefix_and_fewer_partitions_aborts_the_old_r
     with pytest.raises(twopc.TwoPCError):
         stream.run(crashing)
     assert target.open_transactions(spec.table), "the killed tasks left no open transaction"
-    assert _uncommitted_count(spec.address, spec.table) == 120  # produced, never committed
+    assert uncommitted_count(spec.address, spec.table) == 120  # produced, never committed
 
     # The same batch again, now under another prefix and in 2 partitions (nothing of it was
     # committed, so a replay in another shape is allowed).
@@ -116,7 +86,7 @@ def test_kafka_restart_with_another_prefix_and_fewer_partitions_aborts_the_old_r
     ("before", "after"), [("per_partition", "atomic"), ("atomic", "per_partition")]
 )
 def test_kafka_restart_in_the_other_mode_aborts_the_old_run(
-    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkSpec], before: str, after: str
+    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkRecipe], before: str, after: str
 ) -> None:
     """The crashed run's tasks died holding open transactions; the restart in the other
     mode (one transaction per batch, or one per partition) still fences their
@@ -132,7 +102,7 @@ def test_kafka_restart_in_the_other_mode_aborts_the_old_run(
     with pytest.raises(twopc.TwoPCError):
         stream.run(crashing)
     assert target.open_transactions(spec.table), "the killed tasks left no open transaction"
-    assert _uncommitted_count(spec.address, spec.table) == 120
+    assert uncommitted_count(spec.address, spec.table) == 120
 
     stream = LocalStream(str(tmp_path / "chk"), [_partitions(0, 120, 3, key=True)])
     restarted = twopc.local.foreach_batch(
@@ -149,7 +119,7 @@ def test_kafka_restart_in_the_other_mode_aborts_the_old_run(
 
 
 def test_kafka_replay_of_a_partly_committed_batch_in_another_shape_is_refused(
-    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkSpec]
+    tmp_path: Path, kafka_case: tuple[KafkaTarget, SinkRecipe]
 ) -> None:
     target, spec = kafka_case
     stream = LocalStream(str(tmp_path / "chk"), [_partitions(0, 60, 4, key=True)])
@@ -163,7 +133,7 @@ def test_kafka_replay_of_a_partly_committed_batch_in_another_shape_is_refused(
         stream.run(crashing)
     # Partitions 0-2 committed in their tasks; partition 3's open transaction holds
     # read_committed readers back, so count every record written, aborted ones included.
-    written_before = _uncommitted_count(spec.address, spec.table)
+    written_before = uncommitted_count(spec.address, spec.table)
     assert written_before == 60  # 45 committed, 15 in partition 3's open transaction
 
     reshaped = LocalStream(str(tmp_path / "chk"), [_partitions(0, 60, 2, key=True)])
@@ -172,7 +142,7 @@ def test_kafka_replay_of_a_partly_committed_batch_in_another_shape_is_refused(
     )
     with pytest.raises(twopc.ReplayMismatchError, match=r"partition\(s\) 0, 1, 2 committed"):
         reshaped.run(writer)
-    assert _uncommitted_count(spec.address, spec.table) == written_before  # wrote nothing
+    assert uncommitted_count(spec.address, spec.table) == written_before  # wrote nothing
 
     # As it ran before, the batch finishes exactly once.
     same = LocalStream(str(tmp_path / "chk"), [_partitions(0, 60, 4, key=True)])

@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import twopc
-from tests.e2e.conftest import spark  # noqa: F401  (the suite's one SparkSession)
 from twopc.local import LocalStream, foreach_batch
 
 pytestmark = [pytest.mark.e2e]
@@ -42,7 +41,7 @@ def _write(out: Path, batches: list[list[pa.Table]], checkpoint: Path) -> Any:
 
 
 def test_refused_batches_leave_an_output_spark_and_pyarrow_read_whole(
-    spark: Any,  # noqa: F811
+    spark: Any,
     tmp_path: Path,
 ) -> None:
     out, checkpoint = tmp_path / "out", tmp_path / "chk"

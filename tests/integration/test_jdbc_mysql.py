@@ -1,25 +1,21 @@
 """The ``mysql`` SQL sink against a real MariaDB 10.11 server (``scripts/services``).
 
-The shared cases live in :class:`tests.integration.jdbc_support.SqlSinkCases`; this module
+The shared cases live in :class:`tests.harness.sql_sink_cases.SqlSinkCases`; this module
 adds what only MySQL/MariaDB has: ``KILL <connection>``, a server SIGKILL with a prepared XA
 branch, and ``LOAD DATA LOCAL`` turning bad values into warnings that must fail the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pymysql
 import pytest
 
 import twopc
-from twopc.local import LocalEngine
-from twopc_jdbc._base import SqlSink, SqlTransaction
-from twopc_jdbc.mysql import MySQLSink
-
-from .jdbc_support import (
+from tests.harness.services import MysqlParams
+from tests.harness.sql_servers import MariaDb
+from tests.harness.sql_sink_cases import (
     MODES,
     Db,
     Env,
@@ -27,108 +23,13 @@ from .jdbc_support import (
     assert_names_task,
     batch,
     in_task,
-    staging_prefix,
     table_of,
-    wait_until,
     write,
     write_and_commit,
 )
-from .services import MysqlParams
+from twopc.local import LocalEngine
 
 pytestmark = pytest.mark.integration
-
-
-class MariaDb(Db):
-    name = "mariadb"
-    current_schema_sql = "DATABASE()"
-
-    def __init__(self, dsn: str, params: MysqlParams) -> None:
-        self.dsn = dsn
-        self.params = params
-
-    def sink_class(self) -> type[SqlSink]:
-        return MySQLSink
-
-    def connect(self) -> Any:
-        return pymysql.connect(**self.params.connect_kwargs(), autocommit=True, charset="utf8mb4")
-
-    def query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        conn = self.connect()
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(statement, tuple(params) or None)
-                return list(cursor.fetchall()) if cursor.description else []
-        finally:
-            conn.close()
-
-    def q(self, identifier: str) -> str:
-        return "`" + identifier.replace("`", "``") + "`"
-
-    def _xa_recover(self) -> list[tuple[str, str]]:
-        found = []
-        for _fmt, gtrid_length, bqual_length, data in self.query("XA RECOVER"):
-            raw = data.decode() if isinstance(data, bytes) else str(data)
-            split = int(gtrid_length)
-            found.append((raw[:split], raw[split : split + int(bqual_length)]))
-        return found
-
-    def prepared(self, gtrid_prefix: str) -> list[str]:
-        return sorted(f"{g}:{b}" for g, b in self._xa_recover() if g.startswith(gtrid_prefix))
-
-    def rollback_prepared(self, gid: str) -> None:
-        gtrid, _, bqual = gid.partition(":")
-        self.execute("XA ROLLBACK %s, %s", (gtrid, bqual))
-
-    def column_types(self, table: str) -> dict[str, str]:
-        rows = self.query(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = DATABASE() AND table_name = %s ORDER BY ordinal_position",
-            (table,),
-        )
-        return {str(r[0]): str(r[1]).lower() for r in rows}
-
-    def primary_key(self, table: str) -> list[str]:
-        rows = self.query(
-            "SELECT column_name FROM information_schema.key_column_usage "
-            "WHERE table_schema = DATABASE() AND table_name = %s "
-            "AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
-            (table,),
-        )
-        return [str(r[0]) for r in rows]
-
-    def terminate(self, txn: SqlTransaction) -> None:
-        with txn.conn.cursor() as cursor:
-            cursor.execute("SELECT CONNECTION_ID()")
-            connection_id = int(cursor.fetchone()[0])
-        self.execute(f"KILL {connection_id}")
-        wait_until(
-            lambda: (
-                not self.query(
-                    "SELECT 1 FROM information_schema.processlist WHERE id = %s", (connection_id,)
-                )
-            ),
-            what=f"connection {connection_id} to end",
-        )
-
-    def staging_tables(self, sink_id: str) -> list[str]:
-        rows = self.query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
-            "AND table_name LIKE %s ORDER BY table_name",
-            (staging_prefix(sink_id).replace("_", "\\_") + "%",),
-        )
-        return [str(r[0]) for r in rows]
-
-    def is_closed(self, conn: Any) -> bool:
-        return not conn.open
-
-    def drop(self, table: str) -> None:
-        conn = self.connect()
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute("SET SESSION lock_wait_timeout = 10")
-                cursor.execute(f"DROP TABLE IF EXISTS {self.q(table)}")
-        finally:
-            conn.close()
 
 
 @pytest.fixture

@@ -1,24 +1,19 @@
 """The ``postgres`` SQL sink against a real PostgreSQL server (``scripts/services``).
 
-The shared cases live in :class:`tests.integration.jdbc_support.SqlSinkCases`; this module
+The shared cases live in :class:`tests.harness.sql_sink_cases.SqlSinkCases`; this module
 adds what only Postgres has: ``pg_terminate_backend``, a postmaster SIGKILL with a prepared
 branch, binary ``COPY`` type errors and the ``max_prepared_transactions = 0`` error path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 import twopc
-from twopc_jdbc._base import SqlSink, SqlTransaction
-from twopc_jdbc.postgres import PostgresSink
-
-from .jdbc_support import (
+from tests.harness.sql_servers import PostgresDb
+from tests.harness.sql_sink_cases import (
     Db,
     Env,
     SqlSinkCases,
@@ -27,71 +22,9 @@ from .jdbc_support import (
     in_task,
     write,
 )
+from twopc_jdbc.postgres import PostgresSink
 
 pytestmark = pytest.mark.integration
-
-
-class PostgresDb(Db):
-    name = "postgres"
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-
-    def sink_class(self) -> type[SqlSink]:
-        return PostgresSink
-
-    def query(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            cursor = conn.execute(statement, tuple(params) or None)  # type: ignore[arg-type]
-            return list(cursor.fetchall()) if cursor.description else []
-
-    def q(self, identifier: str) -> str:
-        return '"' + identifier.replace('"', '""') + '"'
-
-    def prepared(self, gtrid_prefix: str) -> list[str]:
-        rows = self.query(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND starts_with(gid, %s) ORDER BY gid",
-            (gtrid_prefix,),
-        )
-        return [r[0] for r in rows]
-
-    def rollback_prepared(self, gid: str) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-
-    def column_types(self, table: str) -> dict[str, str]:
-        rows = self.query(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
-            (table,),
-        )
-        return {r[0]: r[1].lower() for r in rows}
-
-    def primary_key(self, table: str) -> list[str]:
-        rows = self.query(
-            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
-            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE i.indrelid = %s::regclass AND i.indisprimary "
-            "ORDER BY array_position(i.indkey::int2[], a.attnum)",
-            (self.q(table),),
-        )
-        return [r[0] for r in rows]
-
-    def terminate(self, txn: SqlTransaction) -> None:
-        pid = txn.conn.info.backend_pid
-        assert self.query("SELECT pg_terminate_backend(%s, 5000)", (pid,)) == [(True,)]
-
-    def staging_tables(self, sink_id: str) -> list[str]:
-        return []  # created and dropped inside the sink's own transaction
-
-    def is_closed(self, conn: Any) -> bool:
-        return bool(conn.closed)
-
-    def drop(self, table: str) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '10s'")
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
 @pytest.fixture

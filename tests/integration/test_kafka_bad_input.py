@@ -24,11 +24,10 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.helpers import in_task
+from tests.harness.kafka_topics import TIMEOUT, create_topic, read_messages, topic_exists, unique
+from tests.harness.sink_errors import in_task
 from twopc import local
 from twopc_kafka.sink import KafkaSink
-
-from .kafka_support import TIMEOUT, create_topic, read_messages, topic_exists, unique
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.integration.kafka_support import create_topic, read_messages
+from tests.harness.kafka_topics import create_topic, read_messages
 from twopc.local import foreach_batch
 
 pytestmark = pytest.mark.integration

@@ -22,15 +22,15 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 import twopc
-from tests.integration.kafka_serializers import ORDER_AVRO_SCHEMA
-from tests.integration.kafka_support import Message, create_topic, read_messages
-from tests.integration.registry_protos import Order
-from tests.integration.services import ServiceControl
+from tests.harness.kafka_serializers import ORDER_AVRO_SCHEMA
+from tests.harness.kafka_topics import Message, create_topic, read_messages
+from tests.harness.registry_protos import Order
+from tests.harness.services import ServiceControl
 from twopc.local import foreach_batch
 
 pytestmark = pytest.mark.integration
 
-PROTO_CLASS = "tests.integration.registry_protos:Order"
+PROTO_CLASS = "tests.harness.registry_protos:Order"
 SECRET = "registry-secret-42"
 
 
@@ -128,7 +128,7 @@ def test_a_user_serializer_factory_with_confluents_avro_serializer(
         bootstrap_servers=kafka_bootstrap,
         topic=topic,
         key_column="name",
-        value_serializer="tests.integration.kafka_serializers:orders_avro",
+        value_serializer="tests.harness.kafka_serializers:orders_avro",
         operation_timeout_seconds=20,
     )
     rows = _rows("avro", range(4))

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.integration.kafka_support import create_topic, read_messages
+from tests.harness.kafka_topics import create_topic, read_messages
 from twopc.local import foreach_batch
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,7 @@ def _sink(bootstrap: str, topic: str) -> twopc.Sink[object]:
         bootstrap_servers=bootstrap,
         topic=topic,
         key_column="name",
-        value_serializer="tests.integration.kafka_serializers:versioned_json",
+        value_serializer="tests.harness.kafka_serializers:versioned_json",
         operation_timeout_seconds=20,
     )
 

@@ -33,14 +33,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import twopc
-from tests.helpers import in_task
-from twopc import local
-from twopc._contract.paths import CommitPath
-from twopc._coordination.phase1 import Phase1Task, _Attempt
-from twopc.local import LocalStream
-from twopc_kafka.sink import KafkaPayload, KafkaSink
-
-from .kafka_support import (
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.kafka_topics import (
     TIMEOUT,
     admin,
     committed_keys,
@@ -54,7 +48,13 @@ from .kafka_support import (
     uncommitted_keys,
     unique,
 )
-from .services import ServiceControl
+from tests.harness.services import ServiceControl
+from tests.harness.sink_errors import in_task
+from twopc import local
+from twopc._contract.paths import CommitPath
+from twopc._coordination.phase1 import Phase1Task, _Attempt
+from twopc.local import LocalStream
+from twopc_kafka.sink import KafkaPayload, KafkaSink
 
 pytestmark = pytest.mark.integration
 
@@ -125,15 +125,6 @@ def write_direct(sink: KafkaSink, context: twopc.TaskContext, table: pa.Table) -
     for record_batch in table.to_batches(max_chunksize=64):
         sink.invoke(txn, record_batch)
     return txn, sink.pre_commit(txn)
-
-
-def assert_exactly_once(seen: Counter[str], expected: set[str]) -> None:
-    duplicates = {k: n for k, n in seen.items() if n > 1}
-    assert not duplicates, f"written twice: {sorted(duplicates.items())[:10]}"
-    missing = expected - set(seen)
-    assert not missing, f"missing {len(missing)} keys, e.g. {sorted(missing)[:10]}"
-    unexpected = set(seen) - expected
-    assert not unexpected, f"unexpected keys: {sorted(unexpected)[:10]}"
 
 
 # -- visibility and replay (per_partition) ----------------------------------------------------

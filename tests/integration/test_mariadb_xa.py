@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from .services import MysqlParams
+from tests.harness.services import MysqlParams
 
 pytestmark = pytest.mark.integration
 

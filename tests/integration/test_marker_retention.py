@@ -30,9 +30,9 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.chaos.targets import KafkaTarget
-from tests.integration.kafka_support import TIMEOUT
-from tests.integration.services import Services
+from tests.harness.kafka_topics import TIMEOUT
+from tests.harness.services import Services
+from tests.harness.targets import KafkaTarget
 from twopc.local import LocalStream
 
 # its own broker with a one-minute offsets retention (~90 s): --extended and the campaigns

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from .services import ServiceControl
+from tests.harness.services import ServiceControl
 
 pytestmark = pytest.mark.integration
 

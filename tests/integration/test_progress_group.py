@@ -15,16 +15,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import twopc
-from tests.chaos.sinks import build_sink
-from tests.chaos.targets import make_target
-from tests.integration.kafka_support import (
-    TIMEOUT,
-    committed_keys,
-    create_topic,
-    group_offsets,
-    unique,
-)
-from tests.integration.test_status_recover import status_json, twopc_cli
+from tests.harness.kafka_topics import TIMEOUT, committed_keys, create_topic, group_offsets, unique
+from tests.harness.sink_recipe import build_sink
+from tests.harness.status_cli import status_json, twopc_cli
+from tests.harness.targets import make_target
 from twopc import CommitLog, FaultPlan, SourceOffsets
 from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine

@@ -16,7 +16,7 @@ import s3fs
 from pyarrow import fs as pafs
 
 import twopc
-from tests.integration.conftest import S3Store
+from tests.harness.service_fixtures import S3Store
 from twopc import CommitLog, FaultPlan
 from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
@@ -232,7 +232,7 @@ def test_a_decided_upload_that_is_gone_fails_the_commit_loudly(
 def test_a_decision_on_s3_is_never_overwritten_by_a_second_writer(s3_store: S3Store) -> None:
     """The commit log on the S3 API writes decisions with a conditional PUT
     (``If-None-Match: *``): a second writer's other decision for the batch is refused."""
-    from tests.unit.test_commit_log import decision
+    from tests.harness.decisions import decision
 
     log = CommitLog(s3_store.url(f"log-{uuid.uuid4().hex[:8]}"), s3_store.storage_options())
     log.record_decision(decision("q-1", 0, partitions=1))

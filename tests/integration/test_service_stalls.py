@@ -24,16 +24,16 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.e2e.local_query import make_batches
-from tests.e2e.test_sql_crash_matrix import Database
+from tests.harness.databases import Database
+from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.kafka_topics import create_topic, read_messages, unique, wait_until_stable
+from tests.harness.local_query import make_batches
+from tests.harness.services import ServiceControl
+from tests.harness.stalls import FlushingKafkaSink, Stall, StallAt
+from tests.harness.status_cli import twopc_cli
 from twopc.faults import CrashPoint
 from twopc.local import LocalStream, foreach_batch
 from twopc_kafka.sink import KafkaSink
-
-from .kafka_support import create_topic, read_messages, unique, wait_until_stable
-from .services import ServiceControl
-from .stalls import FlushingKafkaSink, Stall, StallAt
-from .test_status_recover import twopc_cli
 
 pytestmark = pytest.mark.integration
 
@@ -68,13 +68,6 @@ class Case(NamedTuple):
 
 def _batches() -> list[list[pa.Table]]:
     return make_batches(BATCHES, PARTITIONS, ROWS)
-
-
-def _assert_exactly_once(ids: Counter[int]) -> None:
-    assert sorted(ids.elements()) == sorted(EXPECTED), (
-        f"duplicates: {sorted(i for i, n in ids.items() if n > 1)[:10]}, "
-        f"missing: {sorted(EXPECTED - set(ids))[:10]}"
-    )
 
 
 def _names_task(exc: BaseException, sink_id: str) -> str:
@@ -163,7 +156,7 @@ def test_kafka_broker_stalled(
             assert "cannot read the marker groups" in text and "timed out" in text, text
     if not long:
         wait_until_stable(kafka_bootstrap, topic, within=10)
-        _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
+        assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"), EXPECTED)
         return
 
     text = _names_task(failed, sink_id)
@@ -186,7 +179,7 @@ def test_kafka_broker_stalled(
     restart = foreach_batch(fresh, sink_id, commit_log=log, retry=RETRY)
     LocalStream(str(tmp_path / "chk"), _batches()).run(restart)
     wait_until_stable(kafka_bootstrap, topic, within=10)
-    _assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"))
+    assert_exactly_once(_keys(kafka_bootstrap, topic, "read_committed"), EXPECTED)
 
 
 # -- PostgreSQL and MariaDB ------------------------------------------------------------------
@@ -269,7 +262,7 @@ def test_database_stalled(
                         twopc.CommitError,
                     )
         if not long:
-            _assert_exactly_once(database.ids(table))
+            assert_exactly_once(database.ids(table), EXPECTED)
             assert database.prepared(sink_id) == []
             return
 
@@ -286,7 +279,7 @@ def test_database_stalled(
 
         restart = foreach_batch(sink, sink_id, commit_log=log, retry=RETRY)
         LocalStream(str(tmp_path / "chk"), _batches()).run(restart)
-        _assert_exactly_once(database.ids(table))
+        assert_exactly_once(database.ids(table), EXPECTED)
         assert database.prepared(sink_id) == []
     finally:
         database.drop(table)

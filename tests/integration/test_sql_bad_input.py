@@ -23,11 +23,9 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.helpers import exception_texts
-from twopc.cli import main
-from twopc.local import LocalEngine
-
-from .jdbc_support import (
+from tests.harness.sink_errors import exception_texts
+from tests.harness.sql_servers import MariaDb, PostgresDb
+from tests.harness.sql_sink_cases import (
     MODES,
     Db,
     Env,
@@ -38,8 +36,8 @@ from .jdbc_support import (
     write,
     write_and_commit,
 )
-from .test_jdbc_mysql import MariaDb
-from .test_jdbc_postgres import PostgresDb
+from twopc.cli import main
+from twopc.local import LocalEngine
 
 pytestmark = pytest.mark.integration
 

@@ -27,9 +27,8 @@ from typing import Any
 import pytest
 
 import twopc
-from twopc_jdbc._base import SqlSink
-
-from .jdbc_support import (
+from tests.harness.sql_servers import MariaDb, PostgresDb
+from tests.harness.sql_sink_cases import (
     MODES,
     Db,
     Env,
@@ -39,8 +38,7 @@ from .jdbc_support import (
     write,
     write_and_commit,
 )
-from .test_jdbc_mysql import MariaDb
-from .test_jdbc_postgres import PostgresDb
+from twopc_jdbc._base import SqlSink
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,8 @@ import pyarrow as pa
 import pytest
 
 import twopc
-
-from .jdbc_support import MODES, Db, Env, assert_names_task, batch, commit, write
-from .test_jdbc_postgres import PostgresDb
+from tests.harness.sql_servers import PostgresDb
+from tests.harness.sql_sink_cases import MODES, Db, Env, assert_names_task, batch, commit, write
 
 pytestmark = pytest.mark.integration
 

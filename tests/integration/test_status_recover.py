@@ -17,10 +17,7 @@ doubt, and a restart of the query from its checkpoint ends with every row exactl
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -32,10 +29,12 @@ import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from tests.e2e.backend_queries import BACKENDS
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import REPO, local_query, read_ids, run_process, staged_attempts
-from tests.integration.kafka_support import admin, committed_keys, create_topic
+from tests.harness.backend_runs import BACKENDS
+from tests.harness.databases import Database
+from tests.harness.kafka_topics import admin, committed_keys, create_topic
+from tests.harness.outputs import read_ids, staged_attempts
+from tests.harness.processes import local_query, run_process
+from tests.harness.status_cli import status_json, twopc_cli
 
 pytestmark = pytest.mark.integration
 
@@ -47,26 +46,6 @@ def ids_of(
     batches: range | list[int], partitions: range | list[int] = range(PARTITIONS)
 ) -> set[int]:
     return {b * 1000 + p * ROWS + i for b in batches for p in partitions for i in range(ROWS)}
-
-
-def twopc_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command line, in its own process."""
-    return subprocess.run(
-        [sys.executable, "-m", "twopc.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
-def status_json(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    done = twopc_cli("status", *args, "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 @dataclass
@@ -89,7 +68,7 @@ class Target:
 
 def _files(tmp_path: Path) -> Target:
     out, chk = tmp_path / "out", tmp_path / "chk"
-    sink_id = "local-orders"  # fixed by tests/e2e/local_query.py
+    sink_id = "local-orders"  # fixed by tests/harness/local_query.py
     return Target(
         name="files",
         query=local_query(

@@ -28,15 +28,16 @@ from pathlib import Path
 import pytest
 
 import twopc
-from tests.e2e.test_sql_crash_matrix import Database
-from tests.helpers import REPO, local_query, read_ids, run_process
+from tests.harness.databases import Database
+from tests.harness.outputs import read_ids
+from tests.harness.processes import REPO, local_query, run_process
 from twopc import CommitLog, WriterRecord
 from twopc_jdbc._base import SqlSink, writer_table_name
 from twopc_jdbc._options import TableName
 
 pytestmark = pytest.mark.integration
 
-SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
+SINK_ID = "local-orders"  # fixed by tests/harness/local_query.py
 ROWS = 10
 
 

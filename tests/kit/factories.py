@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import twopc
-from tests.integration.services import Services
+from tests.harness.services import Services
 from twopc.protocol import Sink
 from twopc.testing import MemoryDriverSink, MemoryTaskSink
 

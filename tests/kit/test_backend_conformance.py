@@ -12,8 +12,8 @@ import pyarrow as pa
 import pymysql
 import pytest
 
-from tests.integration.kafka_support import create_topic, read_messages, unique
-from tests.integration.services import parse_mysql_dsn
+from tests.harness.kafka_topics import create_topic, read_messages, unique
+from tests.harness.services import parse_mysql_dsn
 from tests.kit import factories
 from twopc.testing import SinkConformanceSuite
 

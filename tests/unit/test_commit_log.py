@@ -11,7 +11,8 @@ import fsspec
 import pytest
 
 import twopc
-from twopc import CommitLog, Committable
+from tests.harness.decisions import committable, decision
+from twopc import CommitLog
 from twopc._coordination.commit_log import Decision
 
 pytestmark = pytest.mark.unit
@@ -32,23 +33,6 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     _clear_memory_fs()
     yield "memory://twopc-unit/log"
     _clear_memory_fs()
-
-
-def committable(query: str, batch: int, partition: int, attempt: int = 0) -> Committable:
-    return Committable(
-        "orders",
-        query,
-        batch,
-        partition,
-        attempt,
-        payload={"staging": f"s/{query}/{batch}/{partition}-{attempt}", "files": []},
-    )
-
-
-def decision(query: str, batch: int, partitions: int = 2) -> Decision:
-    return Decision(
-        "orders", query, batch, tuple(committable(query, batch, p) for p in range(partitions))
-    )
 
 
 def listing(url: str) -> list[str]:

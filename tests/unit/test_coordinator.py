@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.helpers import read_ids, staged_attempts
+from tests.harness.outputs import read_ids, staged_attempts
 from twopc import CommitLog, RetryPolicy, TaskContext
 from twopc._contract.paths import CommitPath
 from twopc._coordination.coordinator import Coordinator

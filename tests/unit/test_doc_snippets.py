@@ -37,88 +37,22 @@ import tomllib
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 import twopc
-from tests.helpers import REPO
-
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-CODE = {"python", "bash", "sh", "console", "sql", "toml"}
-"""Languages of blocks that are code: each one must be claimed."""
-OUTPUT = {"", "text", "json"}
-"""Languages of blocks that show output or a layout: nothing to run."""
-
-# -- the blocks ---------------------------------------------------------------------------
-
-_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^`]*)$")
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str  # relative to the repository, e.g. "docs/quickstart.md"
-    line: int
-    lang: str
-    code: str
-
-    def __str__(self) -> str:
-        return f"{self.page}:{self.line} ({self.lang})"
-
-
-def _blocks_of(path: Path) -> list[Block]:
-    lines = path.read_text().splitlines()
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        opening = _FENCE.match(lines[i])
-        if opening is None:
-            i += 1
-            continue
-        indent, fence = opening["indent"], opening["fence"]
-        info = opening["info"].strip()
-        lang = info.split()[0] if info else ""
-        body: list[str] = []
-        j = i + 1
-        while j < len(lines) and lines[j].strip() != fence:
-            line = lines[j]
-            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
-            j += 1
-        assert j < len(lines), f"{path}:{i + 1}: a code block that is never closed"
-        found.append(Block(str(path.relative_to(REPO)), i + 1, lang, "\n".join(body) + "\n"))
-        i = j + 1
-    return found
-
-
-def all_blocks() -> list[Block]:
-    return [block for page in PAGES for block in _blocks_of(page)]
-
-
-def code_blocks() -> list[Block]:
-    return [block for block in all_blocks() if block.lang in CODE]
-
-
-def find(page: str, marker: str) -> Block:
-    """The one code block of ``page`` that contains ``marker``."""
-    hits = [b for b in code_blocks() if b.page == page and marker in b.code]
-    assert len(hits) == 1, f"{page}: {len(hits)} code blocks contain {marker!r}"
-    return hits[0]
-
-
-def replaced(code: str, replacements: Mapping[str, str]) -> str:
-    """``code`` with each key replaced; a key that is no longer in the snippet fails, so
-    a changed snippet is looked at again rather than run half-replaced."""
-    for old, new in replacements.items():
-        assert old in code, f"{old!r} is no longer in the snippet: update this test"
-        code = code.replace(old, new)
-    return code
-
-
-def run(code: str, namespace: dict[str, Any], name: str) -> dict[str, Any]:
-    exec(compile(code, name, "exec"), namespace)
-    return namespace
-
+from tests.harness.doc_snippets import (
+    CODE,
+    OUTPUT,
+    Block,
+    all_blocks,
+    code_blocks,
+    commands_of,
+    find,
+    replaced,
+    run,
+)
+from tests.harness.processes import REPO
 
 # -- the claims ---------------------------------------------------------------------------
 
@@ -408,11 +342,11 @@ SKIPPED: dict[tuple[str, str], str] = {
         "needs Spark's Kafka source from Maven; tests/e2e/test_kafka_spark.py runs the example"
     ),
     ("docs/kafka-to-kafka.md", "kafka-consumer-groups.sh --bootstrap-server broker:9092"): (
-        "the broker's tool; tests/integration/kafka_support.py runs it through "
+        "the broker's tool; tests/harness/kafka_topics.py runs it through "
         "scripts/services kafka-consumer-groups"
     ),
     ("docs/troubleshooting.md", "kafka-consumer-groups.sh --bootstrap-server broker:9092"): (
-        "a query id placeholder; tests/integration/kafka_support.py runs the tool through "
+        "a query id placeholder; tests/harness/kafka_topics.py runs the tool through "
         "scripts/services kafka-consumer-groups"
     ),
 }
@@ -557,7 +491,7 @@ def test_kafka_to_kafka_snippet_calls_the_example() -> None:
 def test_protobuf_sink_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
     """``value_schema`` names a generated class that must import where the sink is made:
     ``shop.orders_pb2`` stands in with a message class built at runtime."""
-    from tests.integration.registry_protos import Order
+    from tests.harness.registry_protos import Order
 
     module = types.ModuleType("shop.orders_pb2")
     module.Order = Order  # type: ignore[attr-defined]
@@ -616,29 +550,6 @@ def test_fault_plan_snippets() -> None:
     assert len(plans) == 3
     for plan in plans:
         assert twopc.FaultPlan.parse(plan).faults
-
-
-def commands_of(block: Block) -> list[list[str]]:
-    """The commands of a shell block (``$``-prompted lines of a console block), with
-    continuation lines joined; ``...`` stands for elided arguments and is dropped."""
-    lines = block.code.splitlines()
-    if block.lang == "console":
-        text, taking = [], False
-        for line in lines:
-            if line.startswith("$ "):
-                text.append(line[2:])
-                taking = line.endswith("\\")
-            elif taking:
-                text.append(line)
-                taking = line.endswith("\\")
-        lines = text
-    joined = "\n".join(lines).replace("\\\n", " ")
-    commands = []
-    for line in joined.splitlines():
-        words = shlex.split(line, comments=True)
-        if words:
-            commands.append([w for w in words if w != "..."])
-    return commands
 
 
 @pytest.mark.unit

@@ -266,7 +266,7 @@ def test_other_unknown_names_are_attribute_errors() -> None:
 
 
 def test_the_migration_table_covers_every_removed_name() -> None:
-    from tests.helpers import REPO
+    from tests.harness.processes import REPO
 
     guide = (REPO / "docs" / "plugins.md").read_text()
     start = guide.index("## Migrating a v1 plugin")

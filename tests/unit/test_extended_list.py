@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tests.conftest import EXTENDED_LIST, extended_patterns, listed
-from tests.helpers import REPO
+from tests.harness.processes import REPO
 
 
 def test_every_line_of_the_extended_list_names_a_collected_test() -> None:

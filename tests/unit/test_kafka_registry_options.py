@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 import twopc
-from tests.integration.kafka_serializers import ORDER_AVRO_SCHEMA
+from tests.harness.kafka_serializers import ORDER_AVRO_SCHEMA
 
 pytestmark = pytest.mark.unit
 
 URL = "http://127.0.0.1:1/apis/ccompat/v7"
-PROTO_CLASS = "tests.integration.registry_protos:Order"
+PROTO_CLASS = "tests.harness.registry_protos:Order"
 
 
 def _sink(**options: Any) -> Any:
@@ -50,7 +50,7 @@ def _sink(**options: Any) -> Any:
             {
                 "value_format": "protobuf",
                 "schema_registry_url": URL,
-                "value_schema": "tests.integration.registry_protos:Nope",
+                "value_schema": "tests.harness.registry_protos:Nope",
             },
             "cannot import the Protobuf message class",
         ),
@@ -58,7 +58,7 @@ def _sink(**options: Any) -> Any:
             {
                 "value_format": "protobuf",
                 "schema_registry_url": URL,
-                "value_schema": "tests.integration.registry_protos:descriptor_pb2",
+                "value_schema": "tests.harness.registry_protos:descriptor_pb2",
             },
             "is not a Protobuf message class",
         ),
@@ -67,7 +67,7 @@ def _sink(**options: Any) -> Any:
                 "value_format": "avro",
                 "schema_registry_url": URL,
                 "value_schema": ORDER_AVRO_SCHEMA,
-                "value_serializer": "tests.integration.kafka_serializers:orders_avro",
+                "value_serializer": "tests.harness.kafka_serializers:orders_avro",
             },
             "value_format='avro' and value_serializer both say",
         ),

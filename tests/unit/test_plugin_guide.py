@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.harness.processes import REPO
 from twopc.testing import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 import twopc
-from tests.helpers import exception_texts
+from tests.harness.sink_errors import exception_texts
 from twopc_jdbc.mysql import MySQLSink
 from twopc_jdbc.postgres import PostgresSink
 

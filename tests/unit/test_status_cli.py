@@ -23,14 +23,15 @@ import pytest
 import twopc
 import twopc.plugins
 import twopc.testing
-from tests.helpers import local_query, read_ids, run_process, staged_attempts
+from tests.harness.outputs import read_ids, staged_attempts
+from tests.harness.processes import local_query, run_process
 from twopc import CommitLog
 from twopc._coordination.liveness import Heartbeat, HeartbeatState
 from twopc._coordination.records import BatchRun, Decision
 from twopc.cli import main
 from twopc.protocol import Footprint
 
-SINK_ID = "local-orders"  # fixed by tests/e2e/local_query.py
+SINK_ID = "local-orders"  # fixed by tests/harness/local_query.py
 
 
 def _files_args(out: Path, *extra: str) -> list[str]:

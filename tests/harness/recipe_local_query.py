@@ -1,0 +1,65 @@
+"""The local-engine query a chaos run kills: a :class:`~twopc.local.LocalStream` of
+``batches`` micro-batches of ``partitions`` x ``rows`` rows (ids ``b*1000 + p*rows + i``),
+written through ``twopc.local.foreach_batch``. Fault injection comes from ``TWOPC_FAULTS``.
+
+The runner forks it (the driver is the forked process, its tasks are forked from it);
+``python -m tests.harness.recipe_local_query SPEC_JSON CHECKPOINT BATCHES PARTITIONS ROWS
+ATTEMPTS`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tests.harness.local_query import make_batches
+from tests.harness.sink_recipe import SinkRecipe, build_sink
+from twopc.local import LocalStream, foreach_batch
+
+
+def input_batches(
+    backend: str, batches: int, partitions: int, rows: int, split: int = 0
+) -> list[list[pa.Table]]:
+    """The input; Kafka records get the id as their key. ``split`` re-splits every batch's
+    rows into that many partitions (by id): the same rows, another partition count."""
+    data = make_batches(batches, partitions, rows)
+    if split and split != partitions:
+        data = [_resplit(pa.concat_tables(b), split) for b in data]
+    if backend != "kafka":
+        return data
+    return [[t.append_column("key", pc.cast(t["id"], pa.string())) for t in b] for b in data]
+
+
+def _resplit(table: pa.Table, count: int) -> list[pa.Table]:
+    remainder = pc.remainder(table["id"], count)
+    return [table.filter(pc.equal(remainder, p)) for p in range(count)]
+
+
+def run_query(
+    spec: SinkRecipe,
+    checkpoint: str,
+    *,
+    batches: int,
+    partitions: int,
+    rows: int,
+    max_attempts: int,
+    split: int = 0,
+) -> None:
+    stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows, split))
+    writer = foreach_batch(
+        build_sink(spec),
+        spec.sink_id,
+        commit_log=spec.commit_log(checkpoint),
+        max_attempts=max_attempts,
+    )
+    stream.run(writer)
+
+
+if __name__ == "__main__":
+    spec_json, checkpoint, *numbers = sys.argv[1:]
+    b, p, r, a = (int(n) for n in numbers)
+    run_query(
+        SinkRecipe.loads(spec_json), checkpoint, batches=b, partitions=p, rows=r, max_attempts=a
+    )
