@@ -12,7 +12,8 @@ tasks, and after those tasks ran, at its commit.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -23,7 +24,7 @@ from twopc._coordination.records import BatchRun, BatchState, Decision, LogListi
 from twopc._coordination.replay_guard import ReplayGuard
 from twopc.protocol import Footprint, Sink
 
-__all__ = ["Admission", "When"]
+__all__ = ["Admission", "Admitted", "When"]
 
 
 class When(Enum):
@@ -36,6 +37,16 @@ class When(Enum):
     """``format("twopc")`` plans the tasks: the run is recorded with its count unknown."""
     AFTER_TASKS = "after_tasks"
     """``format("twopc")``'s commit: the tasks ran; the planned run gets its count."""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What admission found: the batch's state in the log, and either the decision of a
+    replay (``replay``) or this run of a new batch, recorded (``run``)."""
+
+    state: BatchState
+    replay: Decision | None = None
+    run: BatchRun | None = None
 
 
 class Admission:
@@ -57,6 +68,38 @@ class Admission:
         self._publisher = publisher
         self._markers_checked: set[str] = set()
 
+    def admit_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        *,
+        partitions: int | Callable[[], int],
+        input_fingerprint: str | None,
+        when: When,
+        listing: LogListing | None = None,
+        before_run: Callable[[], None] | None = None,
+    ) -> Admitted:
+        """The whole sequence: read the log once, tell a replay, else admit and record the
+        run. ``partitions`` (a count, or a function asked only for a new batch: it may cost the
+        engine a call);
+        ``before_run`` runs between the two (``format("twopc")``'s commit refuses a batch
+        whose tasks failed there, before its run is recorded)."""
+        state = self.read(query_id, batch_id, listing)
+        replay = self.replay_of(state, query_id, batch_id, input_fingerprint, when)
+        if replay is not None:
+            return Admitted(state, replay=replay)
+        if before_run is not None:
+            before_run()
+        run = self.admit(
+            state,
+            query_id,
+            batch_id,
+            partitions=partitions if isinstance(partitions, int) else partitions(),
+            input_fingerprint=input_fingerprint,
+            when=when,
+        )
+        return Admitted(state, run=run)
+
     def read(self, query_id: str, batch_id: int, listing: LogListing | None = None) -> BatchState:
         """What the log holds about the batch: the batch's one read of the log."""
         return self.commit_log.batch_state(query_id, batch_id, listing)
@@ -70,18 +113,19 @@ class Admission:
         when: When,
     ) -> Decision | None:
         """The batch's decision when it is a replay of a decided batch (whose input must be
-        the same), else ``None``. First the checks that hold for replays and new batches
+        the same), else ``None``. First the check that holds for replays and new batches
         alike: the markers are not ahead of the log (once per query, and at every commit
-        after the tasks ran, whose markers show the batch) and the progress group is this
-        sink's (not where tasks are planned: the commit checks it)."""
+        after the tasks ran, whose markers show the batch). A replay's progress group is
+        checked here (not where tasks are planned: the commit checks it); a new batch's when
+        its progress is planned (:meth:`~.publishing.Publisher.for_batch`)."""
         tasks_ran = when is When.AFTER_TASKS
         if tasks_ran or query_id not in self._markers_checked:
             self._guard.markers_not_ahead(query_id, batch_id, state, tasks_ran=tasks_ran)
             self._markers_checked.add(query_id)
-        if when is not When.PLANNING:
-            self._publisher.check()
         if state.decision is None:
             return None
+        if when is not When.PLANNING:
+            self._publisher.check()
         self._guard.same_input(state.runs, input_fingerprint, query_id, batch_id)
         return state.decision
 
@@ -98,17 +142,15 @@ class Admission:
         """Check that a batch that is not a replay may be written now, and record this run
         of it before any of its work becomes visible. ``partitions``: the count the engine
         plans (0: not known yet)."""
-        self._guard.order(query_id, batch_id, state.newest_decided)
         if when is When.AFTER_TASKS:
-            planned = [r for r in state.runs if r.same_shape(self.run(0, input_fingerprint))]
-            planned = [r for r in planned if r.path is self.path]
+            unknown = self.run(0, input_fingerprint)
+            planned = [r for r in state.runs if r.same_shape(unknown) and r.path is self.path]
             if planned:
                 return self._complete_planned(state, query_id, batch_id, planned[-1], partitions)
         run = self.run(partitions, input_fingerprint)
-        if when is not When.PLANNING:
-            # a planned run's count is not known: its shape is checked at the commit
-            self._guard.replay_shape(state.runs, run, query_id, batch_id)
-        self._guard.markers_kept(state.runs, query_id, batch_id)
+        # a planned run's count is not known: its shape is checked at the commit
+        compare = None if when is When.PLANNING else state.runs
+        self._guard.new_run(state, run, query_id, batch_id, compare=compare, markers=True)
         self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
         return run
 
@@ -121,7 +163,7 @@ class Admission:
         ``format("twopc")``)."""
         run = self.run(partitions, planned.input, planned.started_at)
         known = [r for r in state.runs if r.footprint.partitions]
-        self._guard.replay_shape(known, run, query_id, batch_id)
+        self._guard.new_run(state, run, query_id, batch_id, compare=known, markers=False)
         self.commit_log.replace_run(query_id, batch_id, planned, run)
         return run
 

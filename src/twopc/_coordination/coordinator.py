@@ -26,23 +26,23 @@ from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.admission import Admission, When
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
+from twopc._coordination.batch_outcome import committed_metrics, finished, metrics_with_progress
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.completeness import WHAT_STAYS, collect_committables
 from twopc._coordination.deciding import Decider
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
-from twopc._coordination.publishing import Published, Publisher
-from twopc._coordination.records import BatchState
+from twopc._coordination.publishing import Publisher
 from twopc._coordination.recovery import Recovery, RecoveryStats
 from twopc._coordination.replay_guard import ReplayGuard
 from twopc._coordination.reports import TaskReport
 from twopc._coordination.steps import QUIET, Steps
 from twopc.errors import BatchFailedError, ConfigurationError
 from twopc.faults import FaultPlan
-from twopc.progress import ProgressReporter, SourceOffsets
+from twopc.progress import ProgressInTask, ProgressReporter, SourceOffsets
 from twopc.protocol import Committable, KeepsMarkers, Sink
 
-__all__ = ["Coordinator", "RecoveryStats", "metrics_with_progress"]
+__all__ = ["Coordinator", "RecoveryStats"]
 
 _log = logging.getLogger("twopc")
 
@@ -155,9 +155,16 @@ class Coordinator:
         source_offsets: SourceOffsets | None,
     ) -> BatchMetrics:
         started = time.monotonic()
-        recovery = self.recover() if self.recovery.needed else RecoveryStats()
+        recovery = self.recovery.recover_if_needed()
         recovered_at = time.monotonic()
-        state = self.admission.read(query_id, batch_id)
+        admitted = self.admission.admit_batch(
+            query_id,
+            batch_id,
+            partitions=lambda: _partition_count(engine),
+            input_fingerprint=input_fingerprint,
+            when=When.BEFORE_TASKS,
+        )
+        state = admitted.state
         base = BatchMetrics(
             self.sink_id,
             query_id,
@@ -171,10 +178,7 @@ class Coordinator:
             lingering_aborted=recovery.lingering,
             commit_log_batches=len(state.decided),
         )
-        replayed = self.admission.replay_of(
-            state, query_id, batch_id, input_fingerprint, When.BEFORE_TASKS
-        )
-        if replayed is not None:
+        if admitted.replay is not None:
             _log.info(
                 "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
                 self.sink_id,
@@ -183,28 +187,23 @@ class Coordinator:
             )
             engine.discard()
             # the replay of a batch that committed before a crash: its group may lag
-            published = self.publisher.publish(replayed, source_offsets)
+            published = self.publisher.publish(admitted.replay, source_offsets)
             return finished(metrics_with_progress(base, published), started)
-        run = self.admission.admit(
-            state,
-            query_id,
-            batch_id,
-            partitions=_partition_count(engine),
-            input_fingerprint=input_fingerprint,
-            when=When.BEFORE_TASKS,
-        )
-        reports = self._phase1(query_id, batch_id, engine, run_id, source_offsets)
+        assert admitted.run is not None
+        run = admitted.run
+        progress = self.publisher.for_batch(source_offsets, query_id, batch_id)
+        reports = self._phase1(query_id, batch_id, engine, run_id, progress.in_task)
         committables = self.collect(reports, query_id, batch_id, engine.partitions_run())
         written_at = time.monotonic()
         self.admission.learn_partitions(query_id, batch_id, run, len(committables))
         decided = self.decider.decide_and_commit(
-            query_id, batch_id, committables, state, source_offsets
+            query_id, batch_id, committables, state, progress.decided
         )
         committed_at = time.monotonic()
         published = self.publisher.publish(decided.decision)
         aborted, swept = self.recovery.clean_losing_attempts(reports, decided.decision, engine)
         metrics = replace(
-            committed_metrics(base, reports, self.decider, state),
+            committed_metrics(base, reports, decided.log_batches),
             write_seconds=written_at - recovered_at,
             decide_seconds=decided.decided_at - written_at,
             commit_seconds=committed_at - decided.decided_at,
@@ -220,7 +219,7 @@ class Coordinator:
         batch_id: int,
         engine: BatchEngine,
         run_id: str,
-        source_offsets: SourceOffsets | None,
+        progress: ProgressInTask | None,
     ) -> list[TaskReport]:
         """Phase 1 by the engine; a failure aborts what the batch prepared."""
         task = Phase1Task(
@@ -232,7 +231,7 @@ class Coordinator:
             run_id,
             self.faults,
             self.decider.retry,
-            self.publisher.for_task(source_offsets, query_id, batch_id),
+            progress,
             concurrent_attempts=engine.concurrent_attempts(),
         )
         try:
@@ -268,41 +267,6 @@ class Coordinator:
         except BaseException:
             self._abort_batch(query_id, batch_id)
             raise
-
-
-def committed_metrics(
-    base: BatchMetrics, reports: list[TaskReport], decider: Decider, state: BatchState
-) -> BatchMetrics:
-    """A committed batch's metrics from its tasks' reports (timings are the caller's)."""
-    tasks = tuple(r.metrics for r in sorted(reports, key=lambda r: r.partition))
-    return replace(
-        base,
-        status=BatchStatus.COMMITTED,
-        partitions=len(reports),
-        rows=sum(t.rows for t in tasks),
-        bytes=sum(t.bytes for t in tasks),
-        commit_log_batches=decider.log_batches_after(state, base.batch_id),
-        tasks=tasks,
-    )
-
-
-def finished(metrics: BatchMetrics, started: float) -> BatchMetrics:
-    """The batch's metrics with its total time, logged."""
-    metrics = replace(metrics, total_seconds=time.monotonic() - started)
-    _log.info(metrics.summary())
-    return metrics
-
-
-def metrics_with_progress(metrics: BatchMetrics, published: Published) -> BatchMetrics:
-    """The metrics with the source offsets a batch published to its progress group."""
-    if published.offsets is None:
-        return metrics
-    return replace(
-        metrics,
-        source_offsets=published.offsets.to_json()["topics"],
-        source_lag=published.lag,
-        progress_error=published.error,
-    )
 
 
 def _partition_count(engine: BatchEngine) -> int:

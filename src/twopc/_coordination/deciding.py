@@ -16,10 +16,9 @@ from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy, call_with_retries
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.publishing import Publisher
-from twopc._coordination.records import BatchState, Decision
+from twopc._coordination.records import BatchState, DecidedProgress, Decision
 from twopc.errors import CommitError, ConfigurationError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
-from twopc.progress import SourceOffsets
 from twopc.protocol import CommitsOnDriver, Committable, Sink
 
 __all__ = ["Decided", "Decider"]
@@ -35,6 +34,8 @@ class Decided:
     decision: Decision
     decided_at: float
     retries: int
+    log_batches: int
+    """Batches the log holds for the query afterwards (pruned)."""
 
 
 class Decider:
@@ -76,7 +77,7 @@ class Decider:
         batch_id: int,
         committables: Sequence[Committable],
         state: BatchState,
-        source_offsets: SourceOffsets | None = None,
+        progress: DecidedProgress | None = None,
     ) -> Decided:
         """Record the decision over phase 1's committables, then finish it. Without a
         decision nothing of the batch may become visible, so a failure to record it aborts
@@ -87,7 +88,7 @@ class Decider:
             batch_id,
             tuple(committables),
             path=self.path,
-            progress=self._publisher.decided(source_offsets),
+            progress=progress,
         )
         try:
             self.fire(CrashPoint.BEFORE_DECISION, batch_id)
@@ -101,7 +102,7 @@ class Decider:
         retries = self.finish(decision, self.path)
         self.fire(CrashPoint.AFTER_COMMIT, batch_id)
         self._prune_log(query_id, batch_id, state.finished)
-        return Decided(decision, decided_at, retries)
+        return Decided(decision, decided_at, retries, self._log_batches_after(state, batch_id))
 
     def finish_pending(self, decision: Decision) -> None:
         """Finish a batch decided before a crash, the way it was decided (whatever the
@@ -191,7 +192,7 @@ class Decider:
         horizon = batch_id - self.log_retention
         return [b for b in finished if b <= horizon]
 
-    def log_batches_after(self, state: BatchState, batch_id: int) -> int:
+    def _log_batches_after(self, state: BatchState, batch_id: int) -> int:
         """Batches the log holds for the query once this batch is decided and the log
         pruned (computed from the batch's one listing: no further reads)."""
         held = set(state.decided) | {batch_id}

@@ -21,7 +21,7 @@ from twopc.progress import (
 )
 from twopc.protocol import Sink
 
-__all__ = ["Published", "Publisher"]
+__all__ = ["BatchProgress", "Published", "Publisher"]
 
 _log = logging.getLogger("twopc")
 
@@ -34,6 +34,16 @@ class Published:
     offsets: SourceOffsets | None = None
     lag: int | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """A new batch's source progress: what its tasks commit in their transaction
+    (``in_task``) and what its decision records (``decided``); both ``None`` without a
+    reporter or offsets."""
+
+    in_task: ProgressInTask | None = None
+    decided: DecidedProgress | None = None
 
 
 class Publisher:
@@ -64,20 +74,20 @@ class Publisher:
             self.reporter.check(self.sink_id)
             self._checked = True
 
-    def for_task(
+    def for_batch(
         self, offsets: SourceOffsets | None, query_id: str, batch_id: int
-    ) -> ProgressInTask | None:
-        """The offsets for the batch's transaction, when the sink commits them there."""
-        if self.reporter is None or not self.in_task or offsets is None:
-            return None
-        metadata = self.reporter.offset_metadata(self.sink_id, query_id, batch_id)
-        return ProgressInTask(self.reporter.group_id, offsets, metadata)
-
-    def decided(self, offsets: SourceOffsets | None) -> DecidedProgress | None:
-        """What the decision records about the batch's source offsets."""
+    ) -> BatchProgress:
+        """A new batch's progress, after checking the group (once per coordinator): the
+        offsets for its transaction when the sink commits them there, and what its decision
+        records about them."""
+        self.check()
         if self.reporter is None or offsets is None:
-            return None
-        return DecidedProgress(offsets, self.in_task, self.reporter.describe())
+            return BatchProgress()
+        decided = DecidedProgress(offsets, self.in_task, self.reporter.describe())
+        if not self.in_task:
+            return BatchProgress(None, decided)
+        metadata = self.reporter.offset_metadata(self.sink_id, query_id, batch_id)
+        return BatchProgress(ProgressInTask(self.reporter.group_id, offsets, metadata), decided)
 
     def publish(self, decision: Decision, offsets: SourceOffsets | None = None) -> Published:
         """After the batch committed: advance the group to its offsets (unless its

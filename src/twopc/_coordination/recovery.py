@@ -78,12 +78,26 @@ class Recovery:
         self.needed = False
         return stats
 
+    def recover_if_needed(self) -> RecoveryStats:
+        """Recover at the start and after a failure; nothing (and no call to the target)
+        when the previous batch of this coordinator committed."""
+        return self.recover() if self.needed else RecoveryStats()
+
     def finish_decided(self, listing: LogListing | None = None) -> int:
         """Finish every batch decided but not finished, and nothing else; how many."""
         decisions = self.commit_log.pending(listing)
         for decision in decisions:
             self.decider.finish_pending(decision)
         return len(decisions)
+
+    def before_commit(
+        self, listing: LogListing, *, earlier_runs: bool
+    ) -> tuple[int, list[BatchRun]]:
+        """Before a batch whose tasks ran is committed: the runs earlier processes left
+        (read before this batch's run is recorded; only in-task sinks need them), then
+        every decided batch finished. Returns how many were finished, and the runs."""
+        earlier = self.runs_before_this_process(listing) if earlier_runs else []
+        return self.finish_decided(listing), earlier
 
     def runs_before_this_process(self, listing: LogListing | None = None) -> list[BatchRun]:
         """The runs of each query's newest batch as the log held them when this object
@@ -127,6 +141,12 @@ class Recovery:
             return []
         with leaving_sink(self.sink_id, what="listing prepared work failed: "):
             return self._driver.recover(self.sink_id)
+
+    def clear_before_tasks(self) -> None:
+        """Where a batch's tasks are planned: abort the undecided prepared work earlier runs
+        left and sweep what never prepared, so the tasks meet none of it."""
+        self.abort_undecided()
+        self.sweep()
 
     def abort_undecided(self, steps: Steps = QUIET) -> int:
         """Abort the prepared work no decision holds; finish decided work the target still

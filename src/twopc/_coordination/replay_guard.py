@@ -235,6 +235,26 @@ class ReplayGuard:
                 batch_id=batch_id,
             )
 
+    def new_run(
+        self,
+        state: BatchState,
+        run: BatchRun,
+        query_id: str,
+        batch_id: int,
+        *,
+        compare: Sequence[BatchRun] | None,
+        markers: bool,
+    ) -> None:
+        """The checks before a new run of a batch is recorded: the batch is in order, in
+        the shape of the earlier runs in ``compare`` (``None``: its shape cannot be told
+        yet), and, with ``markers``, the markers of a partly committed earlier run are
+        still there."""
+        self.order(query_id, batch_id, state.newest_decided)
+        if compare is not None:
+            self.replay_shape(compare, run, query_id, batch_id)
+        if markers:
+            self.markers_kept(state.runs, query_id, batch_id)
+
     def order(self, query_id: str, batch_id: int, newest_decided: int | None) -> None:
         if newest_decided is not None and newest_decided > batch_id:
             raise CheckpointMismatchError(

@@ -16,13 +16,9 @@ from dataclasses import replace
 
 from twopc._coordination.admission import When
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
+from twopc._coordination.batch_outcome import committed_metrics, finished, metrics_with_progress
 from twopc._coordination.completeness import WHAT_STAYS
-from twopc._coordination.coordinator import (
-    Coordinator,
-    committed_metrics,
-    finished,
-    metrics_with_progress,
-)
+from twopc._coordination.coordinator import Coordinator
 from twopc._coordination.records import Decision
 from twopc._coordination.reports import TaskReport
 from twopc.errors import BatchFailedError
@@ -64,15 +60,17 @@ class ReportedBatches:
         log."""
         listing = self.coordinator.commit_log.listing()
         self._recovery.finish_decided(listing)
-        state = self._admission.read(query_id, batch_id, listing)
-        when = When.PLANNING
-        if self._admission.replay_of(state, query_id, batch_id, input_fingerprint, when):
-            return True
-        self._admission.admit(
-            state, query_id, batch_id, partitions=0, input_fingerprint=input_fingerprint, when=when
+        admitted = self._admission.admit_batch(
+            query_id,
+            batch_id,
+            partitions=0,
+            input_fingerprint=input_fingerprint,
+            when=When.PLANNING,
+            listing=listing,
         )
-        self._recovery.abort_undecided()
-        self._recovery.sweep()
+        if admitted.replay is not None:
+            return True
+        self._recovery.clear_before_tasks()
         return False
 
     def commit(
@@ -98,9 +96,17 @@ class ReportedBatches:
         listing = self.coordinator.commit_log.listing()
         # before this batch's run is recorded; only in-task sinks need earlier runs
         in_task = isinstance(self.coordinator.sink, CommitsInTask)
-        earlier = self._recovery.runs_before_this_process(listing) if in_task else []
-        recovered = self._recovery.finish_decided(listing)
-        state = self._admission.read(query_id, batch_id, listing)
+        recovered, earlier = self._recovery.before_commit(listing, earlier_runs=in_task)
+        admitted = self._admission.admit_batch(
+            query_id,
+            batch_id,
+            partitions=len(reports),
+            input_fingerprint=input_fingerprint,
+            when=When.AFTER_TASKS,
+            listing=listing,
+            before_run=lambda: self._refuse_failed_tasks(query_id, batch_id, reports),
+        )
+        state = admitted.state
         base = BatchMetrics(
             self.sink_id,
             query_id,
@@ -111,31 +117,23 @@ class ReportedBatches:
             commit_log_batches=len(state.decided),
         )
         present = [r for r in reports if r is not None]
-        when = When.AFTER_TASKS
-        replayed = self._admission.replay_of(state, query_id, batch_id, input_fingerprint, when)
-        if replayed is not None:
-            skipped = self._skip_replay(base, present, replayed, source_offsets)
+        if admitted.replay is not None:
+            skipped = self._skip_replay(base, present, admitted.replay, source_offsets)
             return finished(skipped, started)
-        self._refuse_failed_tasks(query_id, batch_id, reports)
-        run = self._admission.admit(
-            state,
-            query_id,
-            batch_id,
-            partitions=len(reports),
-            input_fingerprint=input_fingerprint,
-            when=when,
-        )
+        assert admitted.run is not None
+        run = admitted.run
         # Spark's commit gets one message per task it ran, so len(reports) is Spark's own
         # count of the batch's partitions (a failed task's message is None)
         committables = self.coordinator.collect(present, query_id, batch_id, len(reports))
         written_at = time.monotonic()
+        progress = self.coordinator.publisher.for_batch(source_offsets, query_id, batch_id)
         decided = self._decider.decide_and_commit(
-            query_id, batch_id, committables, state, source_offsets
+            query_id, batch_id, committables, state, progress.decided
         )
         committed_at = time.monotonic()
         published = self.coordinator.publisher.publish(decided.decision)
         cleaned = self._recovery.clean_up_after(decided.decision, run, earlier)
-        metrics = committed_metrics(base, present, self._decider, state)
+        metrics = committed_metrics(base, present, decided.log_batches)
         metrics = replace(
             metrics,
             write_seconds=max((t.seconds for t in metrics.tasks), default=0.0),
