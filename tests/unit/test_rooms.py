@@ -146,3 +146,29 @@ def test_an_import_of_a_room_above_is_seen(tmp_path: Path) -> None:
     imported = imports_of(source, top_level_only=False)
     assert imported == {"twopc._engines.spark"}
     assert imports_of(source, top_level_only=True) == set()
+
+
+MODULE_LINES = 520
+FUNCTION_LINES = 60
+"""About 500 lines a module and 60 a function (docstrings not counted): past that, a part
+has more than one job (issue 31)."""
+
+
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    first = node.body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    start = (first.end_lineno or first.lineno) + 1 if docstring else first.lineno
+    return (node.end_lineno or node.lineno) - start + 1
+
+
+def test_modules_and_functions_stay_small() -> None:
+    big = []
+    for name, path in MODULES.items():
+        source = path.read_text()
+        if source.count("\n") > MODULE_LINES:
+            big.append(f"{name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (length := _body_lines(node)) > FUNCTION_LINES:
+                    big.append(f"{name}.{node.name}: {length} lines")
+    assert big == [], "split these:\n" + "\n".join(big)

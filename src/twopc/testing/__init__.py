@@ -31,7 +31,7 @@ releases of twopc may add checks.
 """
 
 from twopc.testing._base import GUARANTEES, SinkChecks, guarantee
-from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
+from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks
 from twopc.testing._crash_checks import CrashChecks, crash_points
 from twopc.testing._entry_point_checks import EntryPointChecks
 from twopc.testing._memory import (
@@ -45,6 +45,7 @@ from twopc.testing._memory import (
 from twopc.testing._runner import batch_ids, default_batch
 from twopc.testing._spark_checks import SparkChecks
 from twopc.testing._suite import SinkConformanceSuite
+from twopc.testing._task_side_checks import TaskSideChecks
 
 __all__ = [
     "GUARANTEES",

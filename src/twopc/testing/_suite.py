@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks, TaskSideChecks
+from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks
 from twopc.testing._crash_checks import CrashChecks
 from twopc.testing._entry_point_checks import EntryPointChecks
 from twopc.testing._spark_checks import SparkChecks
+from twopc.testing._task_side_checks import TaskSideChecks
 
 __all__ = ["SinkConformanceSuite"]
 
