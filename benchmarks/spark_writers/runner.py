@@ -20,6 +20,7 @@ from benchmarks.spark_writers.targets import Target, Writer
 _log = logging.getLogger("bench")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+RUN_ID_PROPERTY = "spark.jobGroup.id"
 """The local property Spark's streaming engine sets around a foreachBatch call; twopc ties
 its markers to it. The benchmark calls the functions itself, so it sets a fresh one."""
 
@@ -52,12 +53,15 @@ def call(spark: Any, writer: Writer, df: Any, batch_id: int, query_id: str | Non
     or the seconds the writer reports itself (see ``targets.Writer``)."""
     context = spark.sparkContext
     context.setLocalProperty(QUERY_ID_PROPERTY, query_id)
+    # a running query's jobs run in a job group named by its run id
+    context.setLocalProperty(RUN_ID_PROPERTY, f"run-{query_id}" if query_id else None)
     try:
         started = time.perf_counter()
         own = writer(df, batch_id)
         elapsed = time.perf_counter() - started
     finally:
         context.setLocalProperty(QUERY_ID_PROPERTY, None)
+        context.setLocalProperty(RUN_ID_PROPERTY, None)
     return elapsed if own is None else own
 
 

@@ -151,7 +151,10 @@ class Admission:
         # a planned run's count is not known: its shape is checked at the commit
         compare = None if when is When.PLANNING else state.runs
         self._guard.new_run(state, run, query_id, batch_id, compare=compare, markers=True)
-        self.commit_log.record_run(query_id, batch_id, run, known=state.runs)
+        # Before tasks this process waits for, a driver-path run's fsync overlaps phase 1:
+        # nothing of the batch can commit before its decision, which waits for it.
+        defer = when is When.BEFORE_TASKS and self.path is CommitPath.DRIVER
+        self.commit_log.record_run(query_id, batch_id, run, known=state.runs, defer_sync=defer)
         return run
 
     def _complete_planned(

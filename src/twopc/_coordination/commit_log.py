@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -42,7 +43,7 @@ from twopc.storage import (
     atomic_write,
     create_exclusive,
     filesystem_for,
-    fsync_directory,
+    fsync_file,
     is_local,
     join,
 )
@@ -60,6 +61,9 @@ class CommitLog:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
         self._fs, self._root = filesystem_for(url, storage_options)
+        self._syncing: list[_Sync] = []
+        """Runs records whose fsync runs in the background (``record_run(defer_sync=True)``);
+        every decision waits for them first."""
 
     def __repr__(self) -> str:
         return f"CommitLog({self.url!r})"
@@ -68,7 +72,10 @@ class CommitLog:
         return join(self._root, query_id, f"{batch_id:020d}{suffix}")
 
     def record_decision(self, decision: Decision) -> None:
-        """Durably record the decision to commit; must precede the first commit."""
+        """Durably record the decision to commit; must precede the first commit. Runs
+        records written with a deferred sync are made durable first (their names by the
+        decision's own directory sync, which follows)."""
+        self.wait_for_syncs()
         if not decision.decided_at:
             decision = replace(decision, decided_at=time.time())
         self._fs.makedirs(join(self._root, decision.query_id), exist_ok=True)
@@ -89,26 +96,47 @@ class CommitLog:
         )
 
     def record_run(
-        self, query_id: str, batch_id: int, run: BatchRun, known: Sequence[BatchRun] | None = None
+        self,
+        query_id: str,
+        batch_id: int,
+        run: BatchRun,
+        known: Sequence[BatchRun] | None = None,
+        *,
+        defer_sync: bool = False,
     ) -> list[BatchRun]:
         """Add ``run`` to the batch's runs record unless an equal-shaped run is there;
         returns every run of the batch, oldest first. Must precede phase 1. ``known``: the
-        runs already read (saves reading them again)."""
+        runs already read (saves reading them again).
+
+        ``defer_sync``: the record is visible at once and its fsync runs in the background,
+        while phase 1 runs; the batch's decision waits for it. For sinks whose work no
+        process can commit before the decision (the driver path): if the machine loses
+        power before the decision, their prepared work is undecided, and recovery aborts it
+        whether or not its run was recorded."""
         runs = list(known) if known is not None else self.runs(query_id, batch_id)
         if any(_same_record(r, run) for r in runs):
             return runs
         runs.append(run)
-        self._write_runs(query_id, batch_id, runs)
+        self._write_runs(query_id, batch_id, runs, defer_sync=defer_sync)
         return runs
 
-    def _write_runs(self, query_id: str, batch_id: int, runs: Sequence[BatchRun]) -> None:
+    def _write_runs(
+        self, query_id: str, batch_id: int, runs: Sequence[BatchRun], *, defer_sync: bool = False
+    ) -> None:
         self._fs.makedirs(join(self._root, query_id), exist_ok=True)
         body = {"format": LOG_FORMAT, "runs": [r.to_json() for r in runs]}
-        atomic_write(
-            self._fs,
-            self._path(query_id, batch_id, _RUNS_SUFFIX),
-            json.dumps(body, sort_keys=True, indent=1).encode(),
-        )
+        path = self._path(query_id, batch_id, _RUNS_SUFFIX)
+        data = json.dumps(body, sort_keys=True, indent=1).encode()
+        deferred = defer_sync and is_local(self._fs)
+        atomic_write(self._fs, path, data, durable=not deferred)
+        if deferred:
+            self._syncing.append(_Sync(path))
+
+    def wait_for_syncs(self) -> None:
+        """Wait for the runs records whose fsync was deferred; raises if one failed."""
+        syncing, self._syncing = self._syncing, []
+        for sync in syncing:
+            sync.wait()
 
     def replace_run(self, query_id: str, batch_id: int, old: BatchRun, new: BatchRun) -> None:
         """Replace the recorded ``old`` run by ``new`` (a partition count learnt only from
@@ -180,9 +208,10 @@ class CommitLog:
 
     def mark_done(self, query_id: str, batch_id: int) -> None:
         """Record that phase 2 finished. The marker is empty: on a local disk it is created
-        in place (nothing to tear, so no temporary file and rename) and its directory
-        fsynced. It only saves work: a lost ``done`` makes the next recovery finish the
-        decided batch again, which is idempotent."""
+        in place (nothing to tear, so no temporary file and rename), without an fsync of its
+        own: the next decision's directory fsync makes it durable. It only saves work: a
+        ``done`` lost to a power loss makes the next recovery finish the decided batch
+        again, which is idempotent."""
         path = self._path(query_id, batch_id, _DONE_SUFFIX)
         if not is_local(self._fs):
             atomic_write(self._fs, path, b"")
@@ -190,7 +219,6 @@ class CommitLog:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
-        fsync_directory(directory)
 
     def exists(self) -> bool:
         """Whether any query has written here: ``twopc recover`` refuses to act on prepared
@@ -379,6 +407,28 @@ def _list_names(fs: Any, directory: str, *, exists: bool = False) -> list[str]:
     if not exists and not fs.exists(directory):
         return []
     return [_basename(p) for p in fs.ls(directory, detail=False)]
+
+
+class _Sync:
+    """The fsync of one file in a thread of its own, which ends with it (no thread stays
+    behind for the local engine's forked tasks to inherit)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="twopc-fsync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            fsync_file(self.path)
+        except BaseException as exc:  # handed to the waiting decision
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _same_record(a: BatchRun, b: BatchRun) -> bool:

@@ -40,7 +40,7 @@ from twopc._coordination.steps import QUIET, Steps
 from twopc.errors import BatchFailedError, ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.progress import ProgressInTask, ProgressReporter, SourceOffsets
-from twopc.protocol import Committable, KeepsMarkers, Sink
+from twopc.protocol import CommitsInTask, Committable, KeepsMarkers, Sink
 
 __all__ = ["Coordinator", "RecoveryStats"]
 
@@ -95,6 +95,10 @@ class Coordinator:
         markers = sink if isinstance(sink, KeepsMarkers) else None
         guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
         self.admission = Admission(sink, sink_id, commit_log, guard, self.publisher)
+        self._counts_partitions = isinstance(sink, CommitsInTask | KeepsMarkers)
+        """Whether a run's partition count matters (an in-task sink's open work and markers
+        are found by it); a driver-path sink's prepared work is found by listing, so its
+        runs skip the engine's call for the count."""
 
     @property
     def faults(self) -> FaultPlan | None:
@@ -160,7 +164,7 @@ class Coordinator:
         admitted = self.admission.admit_batch(
             query_id,
             batch_id,
-            partitions=lambda: _partition_count(engine),
+            partitions=lambda: _partition_count(engine) if self._counts_partitions else 0,
             input_fingerprint=input_fingerprint,
             when=When.BEFORE_TASKS,
         )
@@ -195,7 +199,8 @@ class Coordinator:
         reports = self._phase1(query_id, batch_id, engine, run_id, progress.in_task)
         committables = self.collect(reports, query_id, batch_id, engine.partitions_run())
         written_at = time.monotonic()
-        self.admission.learn_partitions(query_id, batch_id, run, len(committables))
+        if self._counts_partitions:
+            self.admission.learn_partitions(query_id, batch_id, run, len(committables))
         decided = self.decider.decide_and_commit(
             query_id, batch_id, committables, state, progress.decided
         )

@@ -114,6 +114,8 @@ class SparkBatchWriter(BatchWriter):
         self._checkpoint_location = checkpoint_location
         self._connect_query_id: str | None = None
         self._checked_queries: set[str] = set()
+        self._queries_of_runs: dict[str, str] = {}
+        """The query id of each run id met (Spark's job group during a run)."""
         self._checkpoints: dict[str, str | None] = {}
         self._speculation: bool | None = None
         self._phase1_chosen = False
@@ -167,13 +169,18 @@ class SparkBatchWriter(BatchWriter):
     def _classic(self, spark: Any) -> tuple[str, str | None, str]:
         """The query id, checkpoint and run id of a batch of classic PySpark."""
         context = spark.sparkContext
-        query_id = context.getLocalProperty(_QUERY_ID_KEY)
+        # Spark sets the job group to the run id, new at every start of a query: the same
+        # run id means the same query, whose id is then not asked again (a py4j call)
+        run_id = context.getLocalProperty(_RUN_ID_KEY) or ""
+        known = self._queries_of_runs.get(run_id) if run_id else None
+        query_id = known or context.getLocalProperty(_QUERY_ID_KEY)
         if not query_id:
             raise ConfigurationError(
                 "no streaming query id: call the writer from "
                 "df.writeStream.foreachBatch(...), not directly",
             )
-        run_id = context.getLocalProperty(_RUN_ID_KEY) or ""
+        if run_id:
+            self._queries_of_runs[run_id] = query_id
         if query_id not in self._checked_queries:
             _refuse_inexact_modes(spark, query_id)
             self._checked_queries.add(query_id)

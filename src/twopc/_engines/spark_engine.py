@@ -28,7 +28,7 @@ __all__ = ["JobTracker", "SparkEngine", "is_connect_session", "worker_error"]
 
 _log = logging.getLogger("twopc")
 
-_REPORT_SCHEMA = "report string"
+_REPORT_SCHEMA = "report string, stage int"
 
 T = TypeVar("T")
 
@@ -96,16 +96,28 @@ class JobTracker:
             return None
         return tag
 
-    def untag(self, tag: str | None) -> set[int] | None:
-        """Stop tagging; the ids of the jobs that ran under ``tag`` (``None``: unknown)."""
+    def untag(self, tag: str | None) -> None:
+        """Stop tagging the jobs this thread starts."""
+        if tag is None:
+            return
+        try:
+            self.context.removeJobTag(tag)
+        except Exception:
+            _log.debug("cannot remove phase 1's job tag", exc_info=True)
+
+    def jobs(self, tag: str | None) -> set[int] | None:
+        """The ids of the jobs that ran under ``tag`` (``None``: unknown)."""
         if tag is None:
             return None
         try:
-            self.context.removeJobTag(tag)
             return set(self._ints(self._scala.getJobIdsForTag(tag)))
         except Exception:
             _log.debug("cannot read phase 1's Spark jobs", exc_info=True)
             return None
+
+    def stage_info(self, stage: int) -> Any | None:
+        """The status tracker's view of a stage (``None`` for a stage Spark forgot)."""
+        return self._java.getStageInfo(stage)
 
     def stages(self, jobs: set[int]) -> list[int]:
         """The stages of ``jobs`` that Spark still knows."""
@@ -155,8 +167,14 @@ class SparkEngine(BatchEngine):
         self._evaluate_replays = evaluate_replays
         self._speculation = speculation
         self._spark_write = spark_write
-        self._jobs: set[int] | None = set()
-        """Phase 1's Spark jobs; ``None`` when they could not be told."""
+        self._tag: str | None = None
+        """The job tag phase 1's action ran under (its jobs are read from it if needed)."""
+        self._jobs: set[int] | None = None
+        self._jobs_read = False
+        self._result_stage: int | None = None
+        """The stage phase 1's tasks ran in, as they reported it (``None``: no report came
+        back, or phase 1 ran as Spark's write job)."""
+        self._result_info: Any | None = None
         self._tracker = tracker or JobTracker.of(df.sparkSession)
         self._partitions_run: int | None = None
         """How many tasks phase 1's result stage ran (``None``: not known)."""
@@ -190,13 +208,18 @@ class SparkEngine(BatchEngine):
         return self._speculation or self._stage_reattempted()
 
     def _stage_reattempted(self) -> bool:
+        """Whether the stage phase 1's tasks ran in was re-attempted. Only that stage runs
+        the sink: a re-attempted shuffle stage before it left no work behind."""
         tracker = self._tracker
         if tracker is None:
             return True  # cannot tell over Spark Connect: clean up as if it did
-        if self._jobs is None:
-            return True  # phase 1's jobs are not known: clean up as if it did
         try:
-            return any(tracker.attempt(stage) > 0 for stage in self._phase1_stages(tracker))
+            stages = self._phase1_stages(tracker)
+            if stages is None:
+                return True  # phase 1's stages are not known: clean up as if it did
+            if self._result_stage is not None and self._result_info is not None:
+                return int(self._result_info.currentAttemptId()) > 0
+            return any(tracker.attempt(stage) > 0 for stage in stages)
         except Exception:
             _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
             return True  # cannot tell: clean up as if it did
@@ -206,9 +229,9 @@ class SparkEngine(BatchEngine):
         the losing copies of speculated tasks only after the job has its results. Whether
         they all ended (``False`` over Spark Connect, which cannot tell)."""
         tracker = self._tracker
-        if tracker is None or self._jobs is None:
+        stages = self._phase1_stages(tracker) if tracker is not None else None
+        if tracker is None or stages is None:
             return False
-        stages = self._phase1_stages(tracker)
         running: list[int] = []
 
         def ended() -> bool:
@@ -243,9 +266,19 @@ class SparkEngine(BatchEngine):
                 batches,
                 attempt_id=context.taskAttemptId() if context else None,
             )
-            yield pa.RecordBatch.from_pydict({"report": pa.array([report.dumps()], pa.string())})
+            # the stage the task ran in: the driver reads its task count and attempts
+            # from it instead of looking phase 1's jobs and stages up (py4j calls)
+            stage = context.stageId() if context else -1
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "report": pa.array([report.dumps()], pa.string()),
+                    "stage": pa.array([stage], pa.int32()),
+                }
+            )
 
         rows = self._tracked(lambda: self._df.mapInArrow(phase1, _REPORT_SCHEMA).collect())
+        stages = {int(row["stage"]) for row in rows if int(row["stage"]) >= 0}
+        self._result_stage = max(stages) if stages else None
         self._partitions_run = self._result_stage_tasks()
         return [TaskReport.loads(row["report"]) for row in rows]
 
@@ -255,22 +288,33 @@ class SparkEngine(BatchEngine):
         the Spark write path (its reports are the sink's, made of the job's output)."""
         return self._partitions_run
 
-    def _phase1_stages(self, tracker: JobTracker) -> list[int]:
-        """The stages of phase 1's jobs, read from the status tracker once: they do not
-        change after the action, and the completeness check, the stage-attempt check and
-        the straggler wait all need them (py4j calls on every batch)."""
-        if self._stages is None:
-            self._stages = tracker.stages(self._jobs or set())
+    def _phase1_stages(self, tracker: JobTracker) -> list[int] | None:
+        """The stages phase 1 ran: the one its tasks reported, else (no report came back,
+        or Spark's write job ran phase 1) those of its jobs, read from the status tracker
+        by its job tag, once. ``None``: not known."""
+        if self._result_stage is not None:
+            return [self._result_stage]
+        if not self._jobs_read:
+            self._jobs = tracker.jobs(self._tag)
+            self._stages = None if self._jobs is None else tracker.stages(self._jobs)
+            self._jobs_read = True
         return self._stages
 
     def _result_stage_tasks(self) -> int | None:
-        tracker, jobs = self._tracker, self._jobs
-        if tracker is None or not jobs:
+        tracker = self._tracker
+        if tracker is None:
             return None
         try:
             stages = self._phase1_stages(tracker)
+            if not stages:
+                return None
             # the result stage is created last: the highest id of the action's stages
-            return tracker.tasks(max(stages)) if stages else None
+            info = tracker.stage_info(max(stages))
+            if info is None:
+                return None
+            if self._result_stage is not None:
+                self._result_info = info  # its attempt is read from it later
+            return int(info.numTasks())
         except Exception:
             _log.debug("cannot read the task count of phase 1's result stage", exc_info=True)
             return None
@@ -280,6 +324,7 @@ class SparkEngine(BatchEngine):
         and the stragglers); a failure is raised as a :class:`~twopc.SinkError`."""
         tracker = self._tracker
         tag = tracker.tag() if tracker is not None else None
+        self._tag, self._jobs_read, self._result_stage, self._result_info = tag, False, None, None
         try:
             return action()
         except Exception as exc:
@@ -294,8 +339,7 @@ class SparkEngine(BatchEngine):
             raise SinkError(f"{what}: {worker_error(exc)}") from exc
         finally:
             if tracker is not None:
-                self._jobs = tracker.untag(tag)
-                self._stages = None
+                tracker.untag(tag)
 
     def _write_with_spark(self, task: Phase1Task, sink: WritesWithSpark) -> list[TaskReport]:
         """Phase 1 as one Spark write job into the location the sink names for this run,
