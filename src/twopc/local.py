@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
 from twopc._coordination.engine import BatchEngine
@@ -207,14 +208,10 @@ class LocalBatchWriter(BatchWriter):
         if self.sink.single_task and len(partitions) > 1:
             partitions = [pa.concat_tables(partitions)]
         engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
+        with leaving_twopc(self.sink_id, batch_id):
+            fingerprint = input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
         return self.run(
-            query_id,
-            batch_id,
-            engine,
-            lambda: checkpoint_root,
-            input_fingerprint=(
-                input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
-            ),
+            query_id, batch_id, engine, lambda: checkpoint_root, input_fingerprint=fingerprint
         )
 
 

@@ -119,7 +119,8 @@ def write_batch(
     try:
         with leaving_twopc(sink_id, BATCH_ID):
             spark_write = choose_spark_write(sink, writer.sink_id)
-        engine = SparkEngine(arrange_for(sink, df), spark_write=spark_write, evaluate_replays=False)
+            arranged = arrange_for(sink, df)
+        engine = SparkEngine(arranged, spark_write=spark_write, evaluate_replays=False)
         return writer.run(
             batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None, write_id=key
         )

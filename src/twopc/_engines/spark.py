@@ -90,6 +90,8 @@ class _SparkBatch:
     checkpoint: str | None
     run_id: str
     source_offsets: SourceOffsets | None
+    fingerprint: str | None
+    """The batch's input as the checkpoint's offset log plans it."""
 
 
 class SparkBatchWriter(BatchWriter):
@@ -129,7 +131,7 @@ class SparkBatchWriter(BatchWriter):
         batch_id = int(batch_id)
         with leaving_twopc(self.sink_id, batch_id):
             batch = self._batch(df, batch_id)
-        frame = batch.df.persist() if self._persist else batch.df
+            frame = batch.df.persist() if self._persist else batch.df
         engine = SparkEngine(
             frame,
             speculation=bool(self._speculation),
@@ -143,14 +145,13 @@ class SparkBatchWriter(BatchWriter):
                 engine,
                 lambda: batch.checkpoint,
                 run_id=batch.run_id,
-                input_fingerprint=(
-                    input_fingerprint(batch.checkpoint, batch_id) if batch.checkpoint else None
-                ),
+                input_fingerprint=batch.fingerprint,
                 source_offsets=batch.source_offsets,
             )
         finally:
             if self._persist:
-                frame.unpersist()
+                with leaving_twopc(self.sink_id, batch_id):
+                    frame.unpersist()
 
     def _batch(self, df: DataFrame, batch_id: int) -> _SparkBatch:
         spark = df.sparkSession
@@ -164,7 +165,8 @@ class SparkBatchWriter(BatchWriter):
             self._phase1_chosen = True
         df = arrange_for(self.sink, df)
         self._tracker = JobTracker.of(df.sparkSession, self._tracker)
-        return _SparkBatch(df, query_id, checkpoint, run_id, source_offsets)
+        fingerprint = input_fingerprint(checkpoint, batch_id) if checkpoint else None
+        return _SparkBatch(df, query_id, checkpoint, run_id, source_offsets, fingerprint)
 
     def _classic(self, spark: Any) -> tuple[str, str | None, str]:
         """The query id, checkpoint and run id of a batch of classic PySpark."""
