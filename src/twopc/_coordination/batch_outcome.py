@@ -37,7 +37,8 @@ def committed_metrics(
 def finished(metrics: BatchMetrics, started: float) -> BatchMetrics:
     """The batch's metrics with its total time, logged."""
     metrics = replace(metrics, total_seconds=time.monotonic() - started)
-    _log.info(metrics.summary())
+    if _log.isEnabledFor(logging.INFO):
+        _log.info(metrics.summary())
     return metrics
 
 
