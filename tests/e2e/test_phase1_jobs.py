@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from twopc._contract.paths import CommitPath
+from twopc._coordination.phase1 import Phase1Task
 from twopc._engines.spark_engine import JobTracker, SparkEngine
+from twopc.testing._memory import MemoryDriverSink
 
 pytestmark = [pytest.mark.e2e]
 
@@ -47,7 +50,21 @@ def test_phase1_jobs_are_found_by_their_tag_alone(spark: Any) -> None:
     assert all(tracker.active_tasks(s) == 0 for s in stages)
 
     engine = SparkEngine(df, tracker=tracker)
-    engine._tracked(df.collect)
-    assert engine._jobs is not None
+    engine._tracked(df.collect)  # not phase 1's tasks: no stage reported, so looked up
     assert not engine.duplicate_attempts_possible()
+    assert engine._jobs_read and engine._jobs
     assert engine.wait_for_stragglers(5.0)
+
+
+def test_phase1_takes_its_stage_from_its_tasks(spark: Any) -> None:
+    """The tasks report the stage they ran in: its task count and attempt come from one
+    stage's status, and phase 1's jobs and stages are not looked up."""
+    df = spark.range(100).repartition(2)
+    sink = MemoryDriverSink("phase1-stage")
+    engine = SparkEngine(df)
+    reports = engine.run_phase1(Phase1Task(sink, "orders", "q", 0, CommitPath.DRIVER))
+    assert sorted(r.partition for r in reports) == [0, 1]
+    assert engine._result_stage is not None
+    assert engine.partitions_run() == 2
+    assert not engine.duplicate_attempts_possible()
+    assert not engine._jobs_read
