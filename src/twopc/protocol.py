@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
+from twopc._contract import values as _values
 from twopc._contract.values import (
     COMMITTABLE_FORMAT_VERSION,
     CommitOutcome,
@@ -445,17 +446,8 @@ class TracksWriters(ABC):
 
 # The values are defined in a private module and shown as this module's own (their home for
 # users, plugin authors, reprs and the reference docs).
-for _value in (
-    CommitOutcome,
-    Committable,
-    Footprint,
-    Inspection,
-    Payload,
-    PendingWork,
-    RecoveryScope,
-    TargetMarker,
-    TaskContext,
-    WorkKind,
-):
-    _value.__module__ = __name__
-del _value
+for _name in _values.__all__:
+    _value = getattr(_values, _name)
+    if isinstance(_value, type):
+        _value.__module__ = __name__
+del _name, _value
