@@ -52,7 +52,7 @@ def test_phase1_jobs_are_found_by_their_tag_alone(spark: Any) -> None:
     engine = SparkEngine(df, tracker=tracker)
     engine._tracked(df.collect)  # not phase 1's tasks: no stage reported, so looked up
     assert not engine.duplicate_attempts_possible()
-    assert engine._jobs_read and engine._jobs
+    assert engine._jobs_read and engine._stages
     assert engine.wait_for_stragglers(5.0)
 
 

@@ -90,13 +90,11 @@ class Recovery:
             self.decider.finish_pending(decision)
         return len(decisions)
 
-    def before_commit(
-        self, listing: LogListing, *, earlier_runs: bool
-    ) -> tuple[int, list[BatchRun]]:
+    def before_commit(self, listing: LogListing) -> tuple[int, list[BatchRun]]:
         """Before a batch whose tasks ran is committed: the runs earlier processes left
-        (read before this batch's run is recorded; only in-task sinks need them), then
+        (read before this batch's run is recorded; only an in-task sink needs them), then
         every decided batch finished. Returns how many were finished, and the runs."""
-        earlier = self.runs_before_this_process(listing) if earlier_runs else []
+        earlier = self.runs_before_this_process(listing) if self._in_task is not None else []
         return self.finish_decided(listing), earlier
 
     def runs_before_this_process(self, listing: LogListing | None = None) -> list[BatchRun]:

@@ -23,7 +23,6 @@ from twopc._coordination.records import Decision
 from twopc._coordination.reports import TaskReport
 from twopc.errors import BatchFailedError
 from twopc.progress import SourceOffsets
-from twopc.protocol import CommitsInTask
 
 __all__ = ["ReportedBatches"]
 
@@ -94,9 +93,7 @@ class ReportedBatches:
         then visible (driver path) or a replay finishes it (task path)."""
         started = time.monotonic()
         listing = self.coordinator.commit_log.listing()
-        # before this batch's run is recorded; only in-task sinks need earlier runs
-        in_task = isinstance(self.coordinator.sink, CommitsInTask)
-        recovered, earlier = self._recovery.before_commit(listing, earlier_runs=in_task)
+        recovered, earlier = self._recovery.before_commit(listing)
         admitted = self._admission.admit_batch(
             query_id,
             batch_id,

@@ -137,11 +137,6 @@ class JobTracker:
         info = self._java.getStageInfo(stage)
         return int(info.numActiveTasks()) if info is not None else 0
 
-    def tasks(self, stage: int) -> int | None:
-        """How many tasks (partitions) the stage has; ``None`` for a stage Spark forgot."""
-        info = self._java.getStageInfo(stage)
-        return int(info.numTasks()) if info is not None else None
-
     def _ints(self, array: Any) -> list[int]:
         text = str(self._arrays.toString(array)).strip("[]")
         return [int(x) for x in text.split(",") if x.strip()]
@@ -169,7 +164,6 @@ class SparkEngine(BatchEngine):
         self._spark_write = spark_write
         self._tag: str | None = None
         """The job tag phase 1's action ran under (its jobs are read from it if needed)."""
-        self._jobs: set[int] | None = None
         self._jobs_read = False
         self._result_stage: int | None = None
         """The stage phase 1's tasks ran in, as they reported it (``None``: no report came
@@ -295,8 +289,8 @@ class SparkEngine(BatchEngine):
         if self._result_stage is not None:
             return [self._result_stage]
         if not self._jobs_read:
-            self._jobs = tracker.jobs(self._tag)
-            self._stages = None if self._jobs is None else tracker.stages(self._jobs)
+            jobs = tracker.jobs(self._tag)
+            self._stages = None if jobs is None else tracker.stages(jobs)
             self._jobs_read = True
         return self._stages
 
