@@ -17,6 +17,7 @@ not file columns) must unify, by ``pa.unify_schemas``' default rule:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "decode",
     "encode",
     "fingerprint",
+    "is_schema_file",
     "schema_file",
 ]
 
@@ -37,6 +39,7 @@ RECORD_FILE = "_twopc_schema"
 """At the output's root: the unified schema of everything committed there (Arrow IPC)."""
 SCHEMA_PREFIX = "_schema-"
 """In an attempt's staging directory: ``_schema-<fingerprint>``, the attempt's schema."""
+_SCHEMA_NAME = re.compile(re.escape(SCHEMA_PREFIX) + "[0-9a-f]{16}")
 
 
 def data_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
@@ -60,6 +63,12 @@ def fingerprint(schema: pa.Schema) -> str:
 def schema_file(schema: pa.Schema) -> str:
     """The name of the file that holds ``schema`` in an attempt's staging directory."""
     return f"{SCHEMA_PREFIX}{fingerprint(schema)}"
+
+
+def is_schema_file(name: str) -> bool:
+    """Whether ``name`` is an attempt's schema file (and not, say, a store's temporary
+    file for one)."""
+    return _SCHEMA_NAME.fullmatch(name) is not None
 
 
 def conflict(ours: pa.Schema, others: Iterable[pa.Schema]) -> tuple[str, Any, Any] | None:

@@ -94,6 +94,7 @@ from twopc_files._schemas import (
     data_schema,
     decode,
     encode,
+    is_schema_file,
     schema_file,
 )
 from twopc_files._spark_write import (
@@ -688,22 +689,26 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             parent, _, name = path.rpartition("/")
             if name != txn.schema_file:
                 found.setdefault(name, parent)
-        return [
-            (parent.rsplit("/", 1)[-1], decode(self.fs.cat_file(f"{parent}/{name}")))
-            for name, parent in found.items()
-        ]
+        schemas = []
+        for name, parent in found.items():
+            try:
+                data = self.fs.cat_file(f"{parent}/{name}")
+            except FileNotFoundError:
+                continue  # that attempt was cleaned up since the listing
+            schemas.append((parent.rsplit("/", 1)[-1], decode(data)))
+        return schemas
 
     def _schema_files(self, batch: str) -> list[str]:
         """The schema files of every attempt under the batch directory ``batch``. On a
         local disk, two levels of ``os.scandir`` (every task does this: fsspec's ``find``
-        costs a ``stat`` per staged file); elsewhere one listing of the batch's prefix."""
+        costs a ``stat`` per staged file); elsewhere one listing of the batch's prefix.
+        Only names that are schema files count: S3Proxy's filesystem store, for one, lists
+        an object's temporary file (``<name>-<uuid>``) while another task writes it."""
         if not is_local(self.fs):
             with contextlib.suppress(Exception):
                 self.fs.invalidate_cache(batch)
             return [
-                str(p)
-                for p in self.fs.find(batch)
-                if str(p).rsplit("/", 1)[-1].startswith(SCHEMA_PREFIX)
+                str(p) for p in self.fs.find(batch) if is_schema_file(str(p).rsplit("/", 1)[-1])
             ]
         found = []
         with contextlib.suppress(FileNotFoundError), os.scandir(batch) as attempts:
@@ -714,7 +719,7 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
                     found += [
                         f"{batch}/{attempt.name}/{e.name}"
                         for e in entries
-                        if e.name.startswith(SCHEMA_PREFIX)
+                        if is_schema_file(e.name)
                     ]
         return found
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -17,9 +17,12 @@ from pyarrow import fs as pafs
 
 import twopc
 from tests.harness.service_fixtures import S3Store
-from twopc import CommitLog, FaultPlan
+from twopc import CommitLog, FaultPlan, TaskContext
 from twopc._coordination.coordinator import Coordinator
 from twopc.local import LocalEngine
+from twopc_files import FilesSink
+from twopc_files._layout import attempt_dir
+from twopc_files._schemas import data_schema, schema_file
 
 pytestmark = pytest.mark.integration
 
@@ -353,3 +356,25 @@ def test_batches_whose_columns_readers_cannot_merge_are_refused_on_s3(
         {"id": 2, "n": 2, "m": None},
         {"id": 3, "n": None, "m": "c"},
     ]
+
+
+def test_a_store_temporary_file_beside_a_schema_file_is_not_read_as_one(
+    s3_store: S3Store,
+) -> None:
+    """S3Proxy's filesystem store lists an object's temporary file (``<name>-<uuid>``)
+    while another task writes it, then renames it away: a task that checks the batch's
+    schemas reads only schema files, so it prepares."""
+    prefix = f"tmpname-{uuid.uuid4().hex[:8]}"
+    sink = cast(FilesSink, _sink(s3_store, prefix))
+    table = pa.table({"id": pa.array([1, 2])})
+    schema = data_schema(table.schema, [])
+    other_attempt = attempt_dir("orders", QUERY, 0, 7, 0)
+    planted = f"{other_attempt}/{schema_file(schema)}-{uuid.uuid4()}"
+    s3 = s3fs.S3FileSystem(**s3_store.storage_options())
+    s3.pipe_file(f"{s3_store.bucket}/{prefix}/{planted}", b"half of a schema")
+
+    txn = sink.begin_transaction(TaskContext("orders", QUERY, 0, 0, 1))
+    sink.invoke(txn, table.to_batches()[0])
+    committable = sink.pre_commit(txn)
+    sink.commit([committable])
+    assert _visible(s3_store, prefix) == [1, 2]
