@@ -240,6 +240,8 @@ def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
     """The main workload of ``config.standalone_targets`` on a standalone cluster, in a
     child process (a JVM of its own for the driver, whose packages resolve afresh); its
     results for the ``standalone`` part of the JSON."""
+    from benchmarks.spark_writers.targets import SINK_ID_PREFIX_VARIABLE
+
     with tempfile.TemporaryDirectory(prefix="twopc-bench-standalone-") as tmp:
         output = Path(tmp) / "standalone.json"
         argv = [
@@ -261,6 +263,7 @@ def run_standalone(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "KAFKA_BOOTSTRAP_SERVERS": endpoints.kafka_bootstrap,
             "POSTGRES_DSN": endpoints.postgres_dsn,
             "MYSQL_DSN": endpoints.mysql_dsn,
+            SINK_ID_PREFIX_VARIABLE: "bench-standalone",
         }
         logging.info("the throughput table once more, on a standalone cluster")
         subprocess.run([sys.executable, "-m", "benchmarks.spark_writers", *argv], env=env,

@@ -31,7 +31,14 @@ from typing import Any
 
 from benchmarks.spark_writers.config import TARGETS, BenchConfig, Endpoints
 from benchmarks.spark_writers.overhead import PHASES
-from benchmarks.spark_writers.runner import call, frames, rotated, run_once, sides
+from benchmarks.spark_writers.runner import (
+    balanced_orders,
+    call,
+    frames,
+    rotated,
+    run_once,
+    sides,
+)
 from benchmarks.spark_writers.targets import Target
 
 
@@ -194,7 +201,12 @@ def run_overhead(spark: Any, config: BenchConfig) -> list[Call]:
     """The overhead variants (``overhead.VARIANTS``: 1,000-row batches of one query, in
     rotating order, after two untimed batches), ``config.reps`` batches each."""
     from benchmarks.spark_writers.data import generate
-    from benchmarks.spark_writers.overhead import VARIANTS, WARMUP_BATCHES, writers_of
+    from benchmarks.spark_writers.overhead import (
+        VARIANTS,
+        WARMUP_BATCHES,
+        whole_cycles,
+        writers_of,
+    )
 
     recorder = Recorder(StatusStore(spark))
     spark.conf.set("spark.sql.shuffle.partitions", str(config.partitions))
@@ -203,8 +215,9 @@ def run_overhead(spark: Any, config: BenchConfig) -> list[Call]:
     query = str(uuid.uuid4())
     calls = []
     try:
-        for batch_id in range(WARMUP_BATCHES + config.reps):
-            for variant in rotated(VARIANTS, batch_id):
+        orders = balanced_orders(VARIANTS)
+        for batch_id in range(WARMUP_BATCHES + whole_cycles(config.reps, len(orders))):
+            for variant in orders[(batch_id - WARMUP_BATCHES) % len(orders)]:
                 recorder(spark, writers[variant], df, batch_id, query)
                 if batch_id >= WARMUP_BATCHES:
                     calls.append(recorder.last(variant, batch_id))

@@ -1,8 +1,10 @@
 """Coordination overhead: time per micro-batch of 1,000 rows, twopc against no-op functions.
 
-Four ``foreachBatch`` functions get the same cached 1,000-row frame, batch after batch
-(batch ids 0, 1, 2, ... of one query, one writer each, like a running query), in rotating
-order:
+Several ``foreachBatch`` functions get the same cached 1,000-row frame, batch after batch
+(batch ids 0, 1, 2, ... of one query, one writer each, like a running query), in balanced
+orders (:func:`~benchmarks.spark_writers.runner.balanced_orders`: every function follows
+every other equally often, since a Spark job's time depends on the job before it; the
+measured batches are rounded up to whole cycles of those orders):
 
 * ``empty``: a function that does nothing (the issue's "no-op foreachBatch");
 * ``spark_noop_job``: one Spark job over the batch that writes nothing
@@ -29,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 from benchmarks.spark_writers.config import COORDINATION_GOAL_MS, OVERHEAD_GOAL_MS, BenchConfig
 from benchmarks.spark_writers.data import generate
-from benchmarks.spark_writers.runner import call, rotated
+from benchmarks.spark_writers.runner import balanced_orders, call
 
 import twopc
 
@@ -138,9 +140,11 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
     writers = writers_of(config)
     query_id = str(uuid.uuid4())
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    orders = balanced_orders(VARIANTS)
+    batches = whole_cycles(config.overhead_batches, len(orders))
     try:
-        for batch_id in range(WARMUP_BATCHES + config.overhead_batches):
-            for variant in rotated(VARIANTS, batch_id):
+        for batch_id in range(WARMUP_BATCHES + batches):
+            for variant in orders[(batch_id - WARMUP_BATCHES) % len(orders)]:
                 seconds = call(spark, writers[variant], df, batch_id, query_id)
                 if batch_id >= WARMUP_BATCHES:
                     times[variant].append(seconds * 1000)
@@ -152,7 +156,7 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
     return {
         "rows_per_batch": config.overhead_rows,
         "partitions": config.partitions,
-        "batches": config.overhead_batches,
+        "batches": batches,
         "median_ms": medians,
         "min_ms": {v: round(min(ms), 1) for v, ms in times.items()},
         "max_ms": {v: round(max(ms), 1) for v, ms in times.items()},
@@ -168,6 +172,11 @@ def measure(spark: Any, config: BenchConfig) -> dict[str, Any]:
         "met": overhead <= OVERHEAD_GOAL_MS,
         **issue_18_goals(medians),
     }
+
+
+def whole_cycles(batches: int, cycle: int) -> int:
+    """``batches`` rounded up to a whole number of ``cycle``-long cycles."""
+    return -(-batches // cycle) * cycle
 
 
 def issue_18_goals(medians: dict[str, float]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ starts and stops around the batch) returns the seconds of its batch itself.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import time
 import uuid
@@ -26,6 +27,17 @@ from benchmarks.spark_writers.config import BenchConfig, Database, Endpoints
 from benchmarks.spark_writers.data import kafka_shape
 
 import twopc
+
+SINK_ID_PREFIX_VARIABLE = "TWOPC_BENCH_SINK_ID_PREFIX"
+"""Set by the standalone run, a child process of the main run: the sink ids of both must
+differ, or twopc refuses the child as a second writer of a sink id whose query (the
+parent, alive) is recorded in the target."""
+
+
+def sink_id(target: str) -> str:
+    """The sink id of ``target``'s twopc writer in this process."""
+    return f"{os.environ.get(SINK_ID_PREFIX_VARIABLE, 'bench')}-{target}"
+
 
 Writer = Callable[[Any, int], float | None]
 """``fn(df, batch_id)``; returns ``None`` (timed by the caller) or the batch's own seconds."""
@@ -85,7 +97,7 @@ class Target(ABC):
     def twopc_writer(self, work: Path) -> Writer:
         """twopc's foreachBatch function; ``work`` holds its commit log."""
         return twopc.foreach_batch(
-            self.twopc_sink(), sink_id=f"bench-{self.name}", commit_log=str(work)
+            self.twopc_sink(), sink_id=sink_id(self.name), commit_log=str(work)
         )
 
     @abstractmethod
@@ -145,7 +157,7 @@ class FilesTarget(Target):
 
     def twopc_writer(self, work: Path) -> Writer:
         # the files sink keeps its commit log next to the data (its manifests)
-        return twopc.foreach_batch(self.twopc_sink(), sink_id=f"bench-{self.name}")
+        return twopc.foreach_batch(self.twopc_sink(), sink_id=sink_id(self.name))
 
     def spark_writer(self) -> Writer:
         path = str(self._dir("spark"))

@@ -1,13 +1,17 @@
 """What reads a benchmark's misses: the breakdown of a writer's batch
 (``benchmarks.spark_writers.breakdown``) into before, in and after its Spark jobs, from
 recorded calls (the command itself runs Spark and is run by hand: docs/benchmarks.md), and
-the warm-up runs that keep a short run's first, cold repetition out of its medians."""
+the warm-up runs that keep a short run's first, cold repetition out of its medians, and
+the balanced orders the overhead variants run in."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from benchmarks.spark_writers.breakdown import Call, Job, Stage, summary
 from benchmarks.spark_writers.config import BenchConfig
+from benchmarks.spark_writers.runner import balanced_orders
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +75,15 @@ def test_phases_are_summarized_per_twopc_writer() -> None:
 )
 def test_short_runs_warm_every_writer_up_first(reps: int, asked: int | None, warmups: int) -> None:
     assert BenchConfig(reps=reps, warmup_runs=asked).warmups == warmups
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 7])
+def test_balanced_orders_give_every_name_every_predecessor_equally_often(count: int) -> None:
+    names = tuple("abcdefg"[:count])
+    orders = balanced_orders(names)
+    assert all(sorted(order) == sorted(names) for order in orders)
+    follows = Counter((o[i], o[i + 1]) for o in orders for i in range(count - 1))
+    assert len(follows) == count * (count - 1)  # every ordered pair occurs
+    assert len(set(follows.values())) == 1  # and equally often
+    assert len(set(Counter(o[0] for o in orders).values())) == 1
+    assert len(Counter(o[0] for o in orders)) == count
