@@ -54,6 +54,7 @@ from twopc.errors import (
     UnsupportedFormatError,
 )
 from twopc.faults import CrashPoint, FaultPlan
+from twopc.groups import Member, SinkGroup
 from twopc.plugins import (
     BackendInfo,
     PluginRegistry,
@@ -120,6 +121,7 @@ __all__ = [
     "Inspection",
     "ItemKind",
     "KeepsMarkers",
+    "Member",
     "Payload",
     "PendingWork",
     "PermanentSinkError",
@@ -135,6 +137,7 @@ __all__ = [
     "RetryPolicy",
     "Sink",
     "SinkError",
+    "SinkGroup",
     "SinkSpec",
     "SinkStatus",
     "SourceOffsets",

@@ -61,6 +61,9 @@ class CrashPoint(Enum):
     """Driver: decision durable, nothing committed."""
     BETWEEN_COMMITS = "between_commits"
     """Driver: the first partition committed, the others not."""
+    BETWEEN_MEMBERS = "between_members"
+    """Driver, a :class:`~twopc.SinkGroup`'s batch: its first member committed, the next
+    not yet."""
     AFTER_COMMIT = "after_commit"
     """Driver: every partition committed, before Spark records the batch (``commits/N``)."""
     RECOVERY_BEFORE_COMMIT = "recovery_before_commit"
@@ -97,6 +100,7 @@ _DRIVER_POINTS = frozenset(
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_DECISION,
         CrashPoint.BETWEEN_COMMITS,
+        CrashPoint.BETWEEN_MEMBERS,
         CrashPoint.AFTER_COMMIT,
         *_RECOVERY_POINTS,
     }

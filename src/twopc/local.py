@@ -33,12 +33,14 @@ from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
 from twopc._coordination.engine import BatchEngine
+from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
 from twopc._engines.checkpoint import input_fingerprint
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
+from twopc.groups import SinkGroup
 from twopc.protocol import Sink
 from twopc.storage import atomic_write, filesystem_for, join
 
@@ -205,14 +207,27 @@ class LocalBatchWriter(BatchWriter):
         partitions: Sequence[pa.Table],
         checkpoint_root: str | None = None,
     ) -> BatchMetrics:
-        if self.sink.single_task and len(partitions) > 1:
-            partitions = [pa.concat_tables(partitions)]
-        engine = LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
+        engine = self._engine(self.sink, partitions)
         with leaving_twopc(self.sink_id, batch_id):
             fingerprint = input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
         return self.run(
             query_id, batch_id, engine, lambda: checkpoint_root, input_fingerprint=fingerprint
         )
+
+    def _engine(self, sink: Sink[Any], partitions: Sequence[pa.Table]) -> BatchEngine:
+        """The engine of one batch; a group's runs each member on its projection of every
+        partition."""
+        if isinstance(sink, SinkGroup):
+            return GroupEngine(
+                sink,
+                {
+                    name: self._engine(member.sink, [member.projected(t) for t in partitions])
+                    for name, member in sink.members.items()
+                },
+            )
+        if sink.single_task and len(partitions) > 1:
+            partitions = [pa.concat_tables(partitions)]
+        return LocalEngine(partitions, max_attempts=self.max_attempts, processes=self.processes)
 
 
 def foreach_batch(

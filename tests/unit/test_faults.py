@@ -163,6 +163,7 @@ def test_driver_points() -> None:
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_DECISION,
         CrashPoint.BETWEEN_COMMITS,
+        CrashPoint.BETWEEN_MEMBERS,
         CrashPoint.AFTER_COMMIT,
         CrashPoint.RECOVERY_BEFORE_COMMIT,
         CrashPoint.RECOVERY_BETWEEN_COMMITS,

@@ -197,7 +197,7 @@ class Coordinator:
         run = admitted.run
         progress = self.publisher.for_batch(source_offsets, query_id, batch_id)
         reports = self._phase1(query_id, batch_id, engine, run_id, progress.in_task)
-        committables = self.collect(reports, query_id, batch_id, engine.partitions_run())
+        committables = self._of_engine(engine, reports, query_id, batch_id)
         written_at = time.monotonic()
         if self._counts_partitions:
             self.admission.learn_partitions(query_id, batch_id, run, len(committables))
@@ -260,15 +260,36 @@ class Coordinator:
     ) -> list[Committable]:
         """The batch's committables (:func:`~.completeness.collect_committables`); an
         incomplete batch aborts what it prepared."""
-        try:
-            return collect_committables(
+        return self._committables(
+            lambda: collect_committables(
                 reports,
                 sink_id=self.sink_id,
                 query_id=query_id,
                 batch_id=batch_id,
                 path=self.path,
                 partitions_run=partitions_run,
-            )
+            ),
+            query_id,
+            batch_id,
+        )
+
+    def _of_engine(
+        self, engine: BatchEngine, reports: list[TaskReport], query_id: str, batch_id: int
+    ) -> list[Committable]:
+        """The committables of phase 1's reports as the engine puts them together."""
+        return self._committables(
+            lambda: engine.committables(
+                reports, sink_id=self.sink_id, query_id=query_id, batch_id=batch_id, path=self.path
+            ),
+            query_id,
+            batch_id,
+        )
+
+    def _committables(
+        self, collect: Callable[[], list[Committable]], query_id: str, batch_id: int
+    ) -> list[Committable]:
+        try:
+            return collect()
         except BaseException:
             self._abort_batch(query_id, batch_id)
             raise

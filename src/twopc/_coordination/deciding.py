@@ -142,10 +142,14 @@ class Decider:
         if recovering:
             self.fire(CrashPoint.RECOVERY_BEFORE_COMMIT, decision.batch_id)
         between = CrashPoint.RECOVERY_BETWEEN_COMMITS if recovering else CrashPoint.BETWEEN_COMMITS
+        previous: Committable | None = None
         for index, committable in enumerate(decision.committables):
             if index == 1:
                 self.fire(between, decision.batch_id)
+            if previous is not None and previous.sink_id != committable.sink_id and not recovering:
+                self.fire(CrashPoint.BETWEEN_MEMBERS, decision.batch_id)  # a group's
             retries += self.commit(driver, [committable])
+            previous = committable
         with leaving_sink(self.sink_id, decision.batch_id, wrap=CommitError):
             driver.batch_committed(decision.committables)
         self.commit_log.mark_done(decision.query_id, decision.batch_id)

@@ -4,9 +4,13 @@ runs phase 1 on every partition; the rest has defaults for an engine that cannot
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
+from twopc._contract.paths import CommitPath
+from twopc._coordination.completeness import collect_committables
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
+from twopc.protocol import Committable
 
 __all__ = ["BatchEngine"]
 
@@ -41,6 +45,28 @@ class BatchEngine(ABC):
         the engine cannot tell; the reports' partition numbers are then trusted to be
         0..n-1."""
         return None
+
+    def committables(
+        self,
+        reports: Sequence[TaskReport],
+        *,
+        sink_id: str,
+        query_id: str,
+        batch_id: int,
+        path: CommitPath,
+    ) -> list[Committable]:
+        """After :meth:`run_phase1`: the batch's committables from its reports, or
+        :class:`~twopc.BatchFailedError` when they do not make a whole batch (checked
+        against :meth:`partitions_run`). An engine that runs several sinks (a group's)
+        checks each one's share."""
+        return collect_committables(
+            reports,
+            sink_id=sink_id,
+            query_id=query_id,
+            batch_id=batch_id,
+            path=path,
+            partitions_run=self.partitions_run(),
+        )
 
     def concurrent_attempts(self) -> bool:
         """Whether copies of a task may run at the same time as it (known before phase 1:

@@ -124,9 +124,12 @@ class Decision:
             ) from exc
 
     def contains(self, committable: Committable) -> bool:
-        """Whether exactly this attempt's committable is part of the decision."""
+        """Whether exactly this attempt's committable is part of the decision (of this
+        sink: a group's decision holds each member's, under the member's sink id)."""
         return any(
-            c.partition == committable.partition and c.attempt == committable.attempt
+            c.partition == committable.partition
+            and c.attempt == committable.attempt
+            and c.sink_id == committable.sink_id
             for c in self.committables
         )
 

@@ -18,11 +18,14 @@ from twopc._contract.boundary import leaving_twopc
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.group_engine import GroupEngine
 from twopc._engines.spark import arrange_for, choose_spark_write
 from twopc._engines.spark_engine import SparkEngine
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
+from twopc.groups import SinkGroup, member_sink_id
 from twopc.protocol import Sink
 
 if TYPE_CHECKING:
@@ -116,13 +119,29 @@ def write_batch(
         on_metrics=on_metrics,
     )
     writer = BatchWriter(sink, sink_id, options)
+    group = isinstance(sink, SinkGroup)
+    frame = df.persist() if group else df  # a group's members read the rows once, the same
     try:
         with leaving_twopc(sink_id, BATCH_ID):
-            spark_write = choose_spark_write(sink, writer.sink_id)
-            arranged = arrange_for(sink, df)
-        engine = SparkEngine(arranged, spark_write=spark_write, evaluate_replays=False)
+            engine = _engine(sink, writer.sink_id, frame)
         return writer.run(
             batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None, write_id=key
         )
     finally:
         writer.close()
+        if group:
+            frame.unpersist()
+
+
+def _engine(sink: Sink[Any], sink_id: str, df: DataFrame) -> BatchEngine:
+    """Phase 1's engine for a batch write; a group's runs each member on its projection."""
+    if isinstance(sink, SinkGroup):
+        return GroupEngine(
+            sink,
+            {
+                name: _engine(member.sink, member_sink_id(sink_id, name), member.projected(df))
+                for name, member in sink.members.items()
+            },
+        )
+    spark_write = choose_spark_write(sink, sink_id)
+    return SparkEngine(arrange_for(sink, df), spark_write=spark_write, evaluate_replays=False)

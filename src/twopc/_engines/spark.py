@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.group_engine import GroupEngine
 from twopc._engines.checkpoint import input_fingerprint, query_id_of
 from twopc._engines.spark_engine import JobTracker, SparkEngine, is_connect_session
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
+from twopc.groups import SinkGroup, member_sink_id
 from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of
 from twopc.protocol import CommitsOnDriver, Sink, WritesWithSpark
 from twopc.storage import filesystem_for, join
@@ -112,7 +115,8 @@ class SparkBatchWriter(BatchWriter):
         checkpoint_location: str | None = None,
     ) -> None:
         super().__init__(sink, sink_id, options)
-        self._persist = persist
+        # a group's members each read the batch: cached, they read it once and the same
+        self._persist = persist or isinstance(sink, SinkGroup)
         self._checkpoint_location = checkpoint_location
         self._connect_query_id: str | None = None
         self._checked_queries: set[str] = set()
@@ -122,6 +126,7 @@ class SparkBatchWriter(BatchWriter):
         self._speculation: bool | None = None
         self._phase1_chosen = False
         self._spark_write: WritesWithSpark | None = None
+        self._member_writes: dict[str, WritesWithSpark | None] = {}
         self._tracker: JobTracker | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -132,12 +137,7 @@ class SparkBatchWriter(BatchWriter):
         with leaving_twopc(self.sink_id, batch_id):
             batch = self._batch(df, batch_id)
             frame = batch.df.persist() if self._persist else batch.df
-        engine = SparkEngine(
-            frame,
-            speculation=bool(self._speculation),
-            spark_write=self._spark_write,
-            tracker=self._tracker,
-        )
+        engine = self._engine(frame)
         try:
             self.run(
                 batch.query_id,
@@ -153,6 +153,40 @@ class SparkBatchWriter(BatchWriter):
                 with leaving_twopc(self.sink_id, batch_id):
                     frame.unpersist()
 
+    def _engine(self, frame: DataFrame) -> BatchEngine:
+        """Phase 1's engine for one batch; a group's runs each member on its projection."""
+        if isinstance(self.sink, SinkGroup):
+            return GroupEngine(
+                self.sink,
+                {
+                    name: self._spark_engine(
+                        arrange_for(member.sink, member.projected(frame)),
+                        self._member_writes.get(name),
+                    )
+                    for name, member in self.sink.members.items()
+                },
+            )
+        return self._spark_engine(frame, self._spark_write)
+
+    def _spark_engine(self, frame: DataFrame, spark_write: WritesWithSpark | None) -> SparkEngine:
+        return SparkEngine(
+            frame,
+            speculation=bool(self._speculation),
+            spark_write=spark_write,
+            tracker=self._tracker,
+        )
+
+    def _choose_phase1(self) -> None:
+        """Where each sink's phase 1 runs (a group's members each choose), once."""
+        if isinstance(self.sink, SinkGroup):
+            self._member_writes = {
+                name: choose_spark_write(member.sink, member_sink_id(self.sink_id, name))
+                for name, member in self.sink.members.items()
+            }
+        else:
+            self._spark_write = choose_spark_write(self.sink, self.sink_id)
+        self._phase1_chosen = True
+
     def _batch(self, df: DataFrame, batch_id: int) -> _SparkBatch:
         spark = df.sparkSession
         if is_connect_session(spark):
@@ -161,8 +195,7 @@ class SparkBatchWriter(BatchWriter):
             query_id, checkpoint, run_id = self._classic(spark)
         source_offsets = self._source_offsets(checkpoint, batch_id)
         if not self._phase1_chosen:
-            self._spark_write = choose_spark_write(self.sink, self.sink_id)
-            self._phase1_chosen = True
+            self._choose_phase1()
         df = arrange_for(self.sink, df)
         self._tracker = JobTracker.of(df.sparkSession, self._tracker)
         fingerprint = input_fingerprint(checkpoint, batch_id) if checkpoint else None

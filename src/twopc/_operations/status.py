@@ -101,6 +101,9 @@ class StatusItem:
     """An abort the commit log cannot justify: it has no record of the batch at all (it is
     not the log the query wrote its decisions to), so the batch may have been decided
     elsewhere. ``twopc recover`` refuses to act on such items without ``--force``."""
+    sink_id: str | None = None
+    """The sink id the work was prepared under, where known: for a
+    :class:`~twopc.SinkGroup`, the member's own (``<group>.<member>``)."""
 
 
 @dataclass(frozen=True)
@@ -333,8 +336,18 @@ def _decision_item(decision: Decision, sink_path: CommitPath) -> StatusItem:
         query_id=decision.query_id,
         batch_id=decision.batch_id,
         age_seconds=_age(decision.decided_at),
-        detail=f"decided with {len(decision.committables)} partition(s); {why}",
+        detail=f"decided with {_decided_work(decision)}; {why}",
     )
+
+
+def _decided_work(decision: Decision) -> str:
+    """``3 partition(s)``; a group's decision counts each member's."""
+    counts: dict[str, int] = {}
+    for committable in decision.committables:
+        counts[committable.sink_id] = counts.get(committable.sink_id, 0) + 1
+    if len(counts) <= 1:
+        return f"{len(decision.committables)} partition(s)"
+    return ", ".join(f"{n} partition(s) of {sink_id}" for sink_id, n in counts.items())
 
 
 def _lost(sink: Sink[Any], decision: Decision, inspection: Inspection) -> list[Committable]:
@@ -420,6 +433,7 @@ def _work_item(
         age_seconds=work.age_seconds,
         detail=detail,
         unproven=unproven,
+        sink_id=committable.sink_id if committable is not None else None,
     )
 
 

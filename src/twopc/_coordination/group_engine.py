@@ -1,0 +1,83 @@
+"""Phase 1 of a :class:`~twopc.SinkGroup`: each member's phase 1 on its own engine (its
+projection of the batch), one after the other, and the batch's committables taken member
+by member, so that each member's completeness is checked against what its engine ran."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from twopc._contract.paths import CommitPath
+from twopc._coordination.completeness import collect_committables
+from twopc._coordination.engine import BatchEngine
+from twopc._coordination.phase1 import Phase1Task
+from twopc._coordination.reports import TaskReport
+from twopc.groups import SinkGroup, member_sink_id
+from twopc.protocol import Committable
+
+__all__ = ["GroupEngine"]
+
+
+class GroupEngine(BatchEngine):
+    """Runs a group's phase 1: ``engines`` maps each member name to the engine of that
+    member's projection of the batch."""
+
+    def __init__(self, group: SinkGroup, engines: Mapping[str, BatchEngine]) -> None:
+        if set(engines) != set(group.members):
+            raise ValueError(f"engines for {sorted(engines)}, members {sorted(group.members)}")
+        self.group = group
+        self.engines = {name: engines[name] for name in group.members}
+        self._reports: dict[str, list[TaskReport]] = {}
+
+    def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        """Every member's phase 1, in member order; the first failure ends it (the
+        coordinator then aborts what the members prepared)."""
+        self._reports = {}
+        for name, engine in self.engines.items():
+            sink = self.group.members[name].sink
+            member_task = replace(
+                task,
+                sink=sink,
+                sink_id=member_sink_id(task.sink_id, name),
+                path=CommitPath.of(sink),
+                concurrent_attempts=engine.concurrent_attempts(),
+            )
+            self._reports[name] = engine.run_phase1(member_task)
+        return [report for reports in self._reports.values() for report in reports]
+
+    def committables(
+        self,
+        reports: Sequence[TaskReport],
+        *,
+        sink_id: str,
+        query_id: str,
+        batch_id: int,
+        path: CommitPath,
+    ) -> list[Committable]:
+        """Each member's committables, checked against what that member's engine ran: an
+        error names the member's sink id and partition."""
+        found: list[Committable] = []
+        for name, engine in self.engines.items():
+            found += collect_committables(
+                self._reports.get(name, []),
+                sink_id=member_sink_id(sink_id, name),
+                query_id=query_id,
+                batch_id=batch_id,
+                path=path,
+                partitions_run=engine.partitions_run(),
+            )
+        return found
+
+    def discard(self) -> None:
+        for engine in self.engines.values():
+            engine.discard()
+
+    def concurrent_attempts(self) -> bool:
+        return any(engine.concurrent_attempts() for engine in self.engines.values())
+
+    def duplicate_attempts_possible(self) -> bool:
+        return any(engine.duplicate_attempts_possible() for engine in self.engines.values())
+
+    def wait_for_stragglers(self, timeout: float) -> bool:
+        ended = [engine.wait_for_stragglers(timeout) for engine in self.engines.values()]
+        return all(ended)

@@ -1,0 +1,236 @@
+"""Several targets written by one batch, with one decision: the dual-write problem.
+
+A :class:`SinkGroup` is a sink made of named members, each a sink of its own with its own
+projection of the batch (the table gets some columns, the outbox topic others). It goes
+where a sink goes (:func:`twopc.foreach_batch`, :func:`twopc.write_batch`, the local
+engine): phase 1 runs once per member, every member's prepared work is named in **one**
+decision in the group's commit log, and phase 2 commits each member's share. A crash
+anywhere is resolved as for one sink: what the decision names is committed in every member,
+what no decision names is aborted in every member.
+
+That is all-or-none only if every member can hold prepared work past its task until the
+decision: members must commit on the driver (:class:`~twopc.CommitsOnDriver`: the files
+sink, SQL ``two_phase``, third-party driver-commit sinks). Members that commit inside
+their tasks are refused with an error naming what to use instead (decision 41).
+
+Each member keeps its own sink id, ``<group sink id>.<member name>``: its staging
+directories, prepared transactions and markers are its own, so a member's target is
+told apart from the same target written by another query.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from twopc._contract.values import Committable, Inspection, PendingWork, TaskContext
+from twopc.errors import ConfigurationError
+from twopc.protocol import CommitOutcome, CommitsInTask, CommitsOnDriver, Sink
+
+__all__ = ["Member", "SinkGroup", "member_sink_id"]
+
+_log = logging.getLogger("twopc")
+
+_MEMBER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+
+
+def member_sink_id(group_sink_id: str, member: str) -> str:
+    """The sink id a group's member writes under: ``<group sink id>.<member>``."""
+    return f"{group_sink_id}.{member}"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One target of a :class:`SinkGroup`: a sink, and the part of the batch it gets.
+
+    ``project`` turns the batch into what this target writes: a function of the batch's
+    DataFrame on Spark (``lambda df: df.select("id", "amount")``), of each partition's
+    Arrow table on the local engine. ``None`` gives the member the batch as it is. It must
+    be deterministic: a replayed batch must project to the same rows."""
+
+    sink: Sink[Any]
+    project: Callable[[Any], Any] | None = None
+
+    def projected(self, data: Any) -> Any:
+        """``data`` as this member writes it."""
+        return data if self.project is None else self.project(data)
+
+
+class SinkGroup(Sink[None], CommitsOnDriver):
+    """Sinks written by one batch with one decision (see the module docs).
+
+    Args:
+        members: member name -> :class:`Member` (or a bare sink, which gets the whole
+            batch). Names are 1-32 letters, digits, ``_`` or ``-``; the order is the order
+            of phase 1 and of the commits. At least two members.
+
+    Example::
+
+        group = twopc.SinkGroup({
+            "orders": twopc.Member(orders_table, project=lambda df: df.select("id", "total")),
+            "audit": twopc.Member(audit_files, project=lambda df: df.select("id", "event")),
+        })
+        query = stream.writeStream.foreachBatch(
+            twopc.foreach_batch(group, sink_id="orders-with-audit")
+        ).start()
+    """
+
+    backend_name: ClassVar[str] = "group"
+
+    def __init__(self, members: Mapping[str, Member | Sink[Any]]) -> None:
+        if len(members) < 2:
+            raise ConfigurationError(
+                f"a SinkGroup needs at least two members, got {len(members)}: write a "
+                "single target with its sink directly"
+            )
+        checked: dict[str, Member] = {}
+        for name, member in members.items():
+            entry = member if isinstance(member, Member) else Member(member)
+            _check_member(name, entry.sink)
+            checked[name] = entry
+        self.members: dict[str, Member] = checked
+
+    # -- the task side belongs to the members ---------------------------------------------
+
+    def begin_transaction(self, ctx: TaskContext) -> None:
+        raise ConfigurationError(
+            "a SinkGroup runs no tasks of its own (each member's tasks run its own sink): "
+            "write it with twopc.foreach_batch, twopc.write_batch or the local engine",
+            sink_id=ctx.sink_id,
+            batch_id=ctx.batch_id,
+        )
+
+    def invoke(self, txn: None, batch: pa.RecordBatch) -> None:
+        raise ConfigurationError("a SinkGroup runs no tasks of its own")
+
+    def pre_commit(self, txn: None) -> Committable:
+        raise ConfigurationError("a SinkGroup runs no tasks of its own")
+
+    def abort(self, txn: None) -> None:
+        return None
+
+    # -- the driver side: every call goes to the members, by their sink ids ---------------
+
+    def member_ids(self, group_sink_id: str) -> dict[str, str]:
+        """Member name -> the sink id it writes under."""
+        return {name: member_sink_id(group_sink_id, name) for name in self.members}
+
+    def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        outcomes: dict[int, CommitOutcome] = {}
+        for member, indexed in self._by_member(committables):
+            found = _driver(member).commit([c for _, c in indexed])
+            outcomes.update(zip((i for i, _ in indexed), found, strict=True))
+        return [outcomes[i] for i in range(len(committables))]
+
+    def abort_prepared(self, committables: Sequence[Committable]) -> None:
+        for member, indexed in self._by_member(committables):
+            _driver(member).abort_prepared([c for _, c in indexed])
+
+    def batch_committed(self, committables: Sequence[Committable]) -> None:
+        for member, indexed in self._by_member(committables):
+            _driver(member).batch_committed([c for _, c in indexed])
+
+    def recover(self, sink_id: str) -> list[Committable]:
+        found: list[Committable] = []
+        for name, member_id in self.member_ids(sink_id).items():
+            found += _driver(self.members[name].sink).recover(member_id)
+        return found
+
+    def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
+        removed = 0
+        for name, member_id in self.member_ids(sink_id).items():
+            kept = [c for c in keep if c.sink_id == member_id]
+            removed += self.members[name].sink.sweep(member_id, kept)
+        return removed
+
+    def inspect(self, sink_id: str) -> Inspection:
+        pending: list[PendingWork] = []
+        notes: list[str] = []
+        for name, member_id in self.member_ids(sink_id).items():
+            seen = self.members[name].sink.inspect(member_id)
+            pending += seen.pending
+            notes += [f"member {name!r} ({member_id}): {note}" for note in seen.notes]
+        return Inspection(pending=tuple(pending), notes=tuple(notes))
+
+    def naming(self) -> dict[str, Any]:
+        return {name: member.sink.naming() for name, member in self.members.items()}
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name}: {m.sink.describe()}" for name, m in self.members.items())
+        return f"group({parts})"
+
+    def __repr__(self) -> str:
+        return f"SinkGroup({self.describe()})"
+
+    def _by_member(
+        self, committables: Sequence[Committable]
+    ) -> Iterator[tuple[Sink[Any], list[tuple[int, Committable]]]]:
+        """The committables of each member (with their positions), in member order; work
+        of a sink id that names no member (a member removed since) is logged and left."""
+        by_name: dict[str, list[tuple[int, Committable]]] = {}
+        for index, committable in enumerate(committables):
+            _, _, name = committable.sink_id.rpartition(".")
+            if name not in self.members:
+                _log.warning(
+                    "twopc: %s of batch %d names no member of this group (%s); left alone: "
+                    "put the member back to finish or abort it",
+                    committable.sink_id,
+                    committable.batch_id,
+                    ", ".join(self.members),
+                )
+                continue
+            by_name.setdefault(name, []).append((index, committable))
+        for name in self.members:
+            if name in by_name:
+                yield self.members[name].sink, by_name[name]
+
+
+def _check_member(name: str, sink: Sink[Any]) -> None:
+    """A member that can join a group: a named sink that holds prepared work past its task."""
+    if not isinstance(name, str) or not _MEMBER_NAME.match(name):
+        raise ConfigurationError(
+            f"group member name {name!r}: use 1-32 letters, digits, '_' or '-' (it becomes "
+            "part of the member's sink id)"
+        )
+    if isinstance(sink, SinkGroup):
+        raise ConfigurationError(f"group member {name!r} is a group itself: list its members")
+    if not isinstance(sink, Sink):
+        raise ConfigurationError(
+            f"group member {name!r} is a {type(sink).__name__}, not a twopc sink "
+            "(twopc.create_sink(...) makes one)"
+        )
+    if isinstance(sink, CommitsInTask):
+        raise ConfigurationError(
+            f"group member {name!r} ({sink.describe()}) commits inside its tasks, before the "
+            "group's decision, so the group could not take its batch back if another member "
+            f"failed: {_instead(sink)}"
+        )
+    if not isinstance(sink, CommitsOnDriver):
+        raise ConfigurationError(
+            f"group member {name!r} ({type(sink).__name__}) has no commit role; a member must "
+            "commit on the driver (twopc.CommitsOnDriver)"
+        )
+
+
+def _driver(sink: Sink[Any]) -> CommitsOnDriver:
+    """A member's commit role (checked when the group was made)."""
+    assert isinstance(sink, CommitsOnDriver)
+    return sink
+
+
+def _instead(sink: Sink[Any]) -> str:
+    """What to use instead of an in-task member."""
+    backend = sink.backend_name
+    if backend in ("postgres", "mysql"):
+        return "use transaction_mode='two_phase', whose prepared transactions wait for it"
+    if backend == "kafka":
+        return (
+            "a Kafka transaction cannot outlive its producer (librdkafka has no KIP-939), so "
+            "Kafka cannot hold prepared work for a group; write the topic in its own query"
+        )
+    return "use a mode of the sink that commits on the driver (twopc.CommitsOnDriver)"
