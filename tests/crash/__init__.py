@@ -11,6 +11,9 @@ prepared, staged or open. By crash kind:
   the files sink, the driver for driver points, the Python worker running the task for task
   points; both write paths), ``test_rescaled_crash.py`` (a crashed 12-partition query
   restarted with 2).
+* **A group of targets** (``twopc.SinkGroup``: PostgreSQL + MariaDB, files + PostgreSQL),
+  the driver SIGKILLed at every driver point, local engine and real Spark:
+  ``test_group_crash_matrix.py``.
 * **Crashes during recovery** (a second and third crash inside recovery, then a clean
   restart): ``test_recovery_crashes.py``.
 * **Prepared work lost on the service** after a driver crash (a prepared transaction rolled

@@ -14,8 +14,9 @@ import sys
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tests.harness.group_recipe import GroupRecipe, build, recipe_of
 from tests.harness.local_query import make_batches
-from tests.harness.sink_recipe import SinkRecipe, build_sink
+from tests.harness.sink_recipe import SinkRecipe
 from twopc.local import LocalStream, foreach_batch
 
 
@@ -38,7 +39,7 @@ def _resplit(table: pa.Table, count: int) -> list[pa.Table]:
 
 
 def run_query(
-    spec: SinkRecipe,
+    spec: SinkRecipe | GroupRecipe,
     checkpoint: str,
     *,
     batches: int,
@@ -49,7 +50,7 @@ def run_query(
 ) -> None:
     stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows, split))
     writer = foreach_batch(
-        build_sink(spec),
+        build(spec),
         spec.sink_id,
         commit_log=spec.commit_log(checkpoint),
         max_attempts=max_attempts,
@@ -60,6 +61,4 @@ def run_query(
 if __name__ == "__main__":
     spec_json, checkpoint, *numbers = sys.argv[1:]
     b, p, r, a = (int(n) for n in numbers)
-    run_query(
-        SinkRecipe.loads(spec_json), checkpoint, batches=b, partitions=p, rows=r, max_attempts=a
-    )
+    run_query(recipe_of(spec_json), checkpoint, batches=b, partitions=p, rows=r, max_attempts=a)

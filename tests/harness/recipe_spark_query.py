@@ -20,7 +20,8 @@ import sys
 import threading
 from typing import Any
 
-from tests.harness.sink_recipe import SinkRecipe, build_sink
+from tests.harness.group_recipe import GroupRecipe, build, recipe_of
+from tests.harness.sink_recipe import SinkRecipe
 
 STOP_AFTER_ENV = "TWOPC_CHAOS_STOP_AFTER"
 """Seconds after the query started when it is stopped with ``query.stop()`` (exit 3)."""
@@ -69,7 +70,7 @@ def session(master: str, *, speculation: bool = False) -> Any:
 
 def run_query(
     spark: Any,
-    spec: SinkRecipe,
+    spec: SinkRecipe | GroupRecipe,
     checkpoint: str,
     source: str,
     partitions: int,
@@ -102,7 +103,7 @@ def run_query(
         emit("batch-done", batch=metrics.batch_id, status=metrics.status, attempts=attempts)
 
     writer = twopc.foreach_batch(
-        build_sink(spec),
+        build(spec),
         sink_id=spec.sink_id,
         commit_log=spec.commit_log(checkpoint),
         faults=plan,
@@ -155,7 +156,7 @@ def main() -> int:
     stop_after = os.environ.get(STOP_AFTER_ENV)
     code = run_query(
         spark,
-        SinkRecipe.loads(args.spec),
+        recipe_of(args.spec),
         args.checkpoint,
         args.input,
         args.partitions,

@@ -1,0 +1,158 @@
+"""Crash matrix of a SinkGroup (docs/groups.md): one query writing two targets with one
+decision, its driver SIGKILLed at every driver crash point of batch 1, then restarted.
+
+Groups: PostgreSQL + MariaDB (both ``two_phase``), files + PostgreSQL ``two_phase``. The
+members get different projections (the files member only ids). After the crash no target
+holds a row twice, and no target holds a batch that the decision does not name; after the
+restart every target holds every id once, with nothing prepared or staged. The local
+engine's query runs every point in CI; the Spark query (the driver a real PySpark
+process) runs a representative point in CI and the others under ``--extended``.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.backend_cases import add_input, new_target
+from tests.harness.group_recipe import GroupRecipe
+from tests.harness.processes import run_process
+from tests.harness.targets import Target
+from twopc import CommitLog
+from twopc.faults import CrashPoint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+BATCHES, PARTITIONS, ROWS, CRASH_BATCH = 3, 2, 10, 1
+EXPECTED = {
+    b * 1000 + p * ROWS + i for b in range(BATCHES) for p in range(PARTITIONS) for i in range(ROWS)
+}
+GROUPS = {
+    "postgres+mysql": [
+        ("orders", "postgres", "two_phase", ("id", "payload")),
+        ("audit", "mysql", "two_phase", ("id", "payload")),
+    ],
+    "files+postgres": [
+        ("audit", "files", "parquet", ("id",)),
+        ("orders", "postgres", "two_phase", ("id", "payload")),
+    ],
+}
+POINTS = [
+    CrashPoint.BEFORE_DECISION,
+    CrashPoint.AFTER_DECISION,
+    CrashPoint.BETWEEN_COMMITS,
+    CrashPoint.BETWEEN_MEMBERS,
+    CrashPoint.AFTER_COMMIT,
+]
+
+Group = tuple[GroupRecipe, list[Target]]
+
+
+@pytest.fixture
+def group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Group]:
+    members, targets = [], []
+    for name, backend, mode, columns in GROUPS[request.param]:
+        target, spec = new_target(request, backend, mode, tmp_path / name, prefix=f"g{name[0]}")
+        members.append((name, spec, columns))
+        targets.append(target)
+    recipe = GroupRecipe.of(f"grp-{uuid.uuid4().hex[:8]}", *members)
+    yield recipe, targets
+    for target, member in zip(targets, recipe.members, strict=True):
+        target.cleanup(member.sink)
+
+
+def _crash_then_restart(
+    args: list[str],
+    group: Group,
+    point: CrashPoint,
+    *,
+    log: str,
+    expected: set[int],
+    crashed_batch: set[int],
+    timeout: float,
+) -> None:
+    """Kill the driver at ``point`` of batch 1, check what each target shows, restart, and
+    check every target exactly-once. ``crashed_batch``: the ids of batch 1."""
+    recipe, targets = group
+    crashed = run_process(args, faults=f"{point.value}:kill@batch={CRASH_BATCH}", timeout=timeout)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    decided = CommitLog(log).decision(_query_id(log), CRASH_BATCH) is not None
+    for target, member in zip(targets, recipe.members, strict=True):
+        seen = target.committed(member.sink)
+        assert max(seen.values(), default=1) == 1, f"{member.name}: duplicates after {point}"
+        # a target may show the crashed batch only if it was decided: never a batch that
+        # another target will never get
+        assert decided or not crashed_batch & set(seen), f"{member.name}: undecided rows"
+    finished = run_process(args, timeout=timeout)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    for target, member in zip(targets, recipe.members, strict=True):
+        seen = target.committed(member.sink)
+        assert sorted(i for i, n in seen.items() if n > 1) == [], member.name
+        assert set(seen) == expected, member.name
+        assert target.leftovers(member.sink) == [], member.name
+
+
+def _query_id(log: str) -> str:
+    """The one query the commit log holds."""
+    (query_id,) = CommitLog(log).query_ids()
+    return query_id
+
+
+@pytest.mark.parametrize("group", list(GROUPS), indirect=True)
+@pytest.mark.parametrize("point", POINTS, ids=[p.value for p in POINTS])
+def test_local_driver_killed_at_every_point(
+    group: Group, point: CrashPoint, tmp_path: Path
+) -> None:
+    recipe, _ = group
+    checkpoint = str(tmp_path / "chk")
+    args = ["-m", "tests.harness.recipe_local_query", recipe.dumps(), checkpoint]
+    args += [str(BATCHES), str(PARTITIONS), str(ROWS), "1"]
+    crashed = {i for i in EXPECTED if i // 1000 == CRASH_BATCH}
+    _crash_then_restart(
+        args,
+        group,
+        point,
+        log=recipe.commit_log(checkpoint),
+        expected=EXPECTED,
+        crashed_batch=crashed,
+        timeout=180,
+    )
+
+
+def _spark_case(group: str, point: CrashPoint, *, ci: bool = False) -> object:
+    marks = [] if ci else [pytest.mark.extended]
+    return pytest.param(group, point, id=f"{group}-{point.value}", marks=marks)
+
+
+SPARK_CASES = [
+    _spark_case(name, point, ci=(name, point) == ("files+postgres", CrashPoint.BETWEEN_MEMBERS))
+    for name in GROUPS
+    for point in POINTS
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("group", "point"), SPARK_CASES, indirect=["group"])
+def test_spark_driver_killed_at_every_point(
+    group: Group, point: CrashPoint, tmp_path: Path
+) -> None:
+    recipe, _ = group
+    source = tmp_path / "in"
+    first, crashed = add_input(source, 0), add_input(source, 1)
+    expected = first | crashed | add_input(source, 2)
+    checkpoint = str(tmp_path / "chk")
+    args = ["-m", "tests.harness.recipe_spark_query", "--spec", recipe.dumps()]
+    args += ["--checkpoint", checkpoint, "--input", str(source), "--partitions", "2"]
+    _crash_then_restart(
+        args,
+        group,
+        point,
+        log=recipe.commit_log(checkpoint),
+        expected=expected,
+        crashed_batch=crashed,
+        timeout=300,
+    )
