@@ -76,6 +76,11 @@ class CrashPoint(Enum):
     """Driver, recovery: the first undecided unit of the batch aborted, the others not."""
 
     @property
+    def in_group_only(self) -> bool:
+        """Fires only in a :class:`~twopc.SinkGroup`'s batch (``between_members``)."""
+        return self is CrashPoint.BETWEEN_MEMBERS
+
+    @property
     def on_driver(self) -> bool:
         return self in _DRIVER_POINTS
 

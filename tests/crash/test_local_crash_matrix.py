@@ -29,6 +29,7 @@ POINTS = [
     for p in CrashPoint
     if p not in {CrashPoint.BEFORE_TASK_COMMIT, CrashPoint.AFTER_TASK_COMMIT}
     and not p.in_recovery  # reached only after an earlier crash: test_recovery_crashes.py
+    and not p.in_group_only  # groups: test_group_crash_matrix.py
 ]
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.harness.kafka_topics import create_topic, read_messages, unique
 from tests.harness.services import parse_mysql_dsn
 from tests.kit import factories
-from twopc.testing import SinkConformanceSuite
+from twopc.testing import GroupMemberChecks, SinkConformanceSuite
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -91,7 +91,7 @@ class TestPostgresTransactionConformance(_PostgresTarget, SinkConformanceSuite):
     large_rows = 50_000
 
 
-class TestPostgresTwoPhaseConformance(_PostgresTarget, SinkConformanceSuite):
+class TestPostgresTwoPhaseConformance(_PostgresTarget, SinkConformanceSuite, GroupMemberChecks):
     sink_factory = "tests.kit.factories:postgres_two_phase_sink"
     large_rows = 50_000
 
@@ -101,7 +101,7 @@ class TestMySQLTransactionConformance(_MySQLTarget, SinkConformanceSuite):
     large_rows = 50_000
 
 
-class TestMySQLTwoPhaseConformance(_MySQLTarget, SinkConformanceSuite):
+class TestMySQLTwoPhaseConformance(_MySQLTarget, SinkConformanceSuite, GroupMemberChecks):
     sink_factory = "tests.kit.factories:mysql_two_phase_sink"
     large_rows = 50_000
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from twopc.testing import SinkConformanceSuite, SparkChecks
+from twopc.testing import GroupMemberChecks, SinkConformanceSuite, SparkChecks
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,7 @@ def _read_ids(target: str) -> list[int]:
     return [int(i) for i in dataset.to_table(columns=["id"])["id"].to_pylist()]
 
 
-class TestFilesConformance(SinkConformanceSuite):
+class TestFilesConformance(SinkConformanceSuite, GroupMemberChecks):
     sink_factory = "tests.kit.factories:files_sink"
 
     def format_options(self, target: str) -> dict[str, str]:

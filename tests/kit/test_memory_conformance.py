@@ -11,13 +11,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from twopc import PermanentSinkError, TaskContext
 from twopc.testing import (
+    GUARANTEES,
     DriverCommitChecks,
+    GroupMemberChecks,
+    MemoryDriverSink,
     TaskCommitChecks,
     TaskSideChecks,
     forget_store,
     memory_store,
 )
+from twopc.testing._memory import MemoryTransaction
 
 pytestmark = pytest.mark.unit
 
@@ -50,3 +55,48 @@ class TestMemoryDriverSink(_InMemory, TaskSideChecks, DriverCommitChecks):
 class TestMemoryTaskSink(_InMemory, TaskSideChecks, TaskCommitChecks):
     sink_factory = "twopc.testing:MemoryTaskSink"
     large_rows = 20_000
+
+
+class TestMemoryDriverSinkAsGroupMember(_InMemory, GroupMemberChecks):
+    sink_factory = "twopc.testing:MemoryDriverSink"
+
+
+class _TaskSinkAsMember(_InMemory, GroupMemberChecks):
+    sink_factory = "twopc.testing:MemoryTaskSink"
+
+
+def test_a_sink_that_commits_in_its_tasks_fails_the_group_check(tmp_path: Path) -> None:
+    """The group check fails a sink that cannot hold prepared work past its task, and its
+    message says why and what to do."""
+    checks = _TaskSinkAsMember()
+    target = checks.new_target(tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        checks.test_a_group_with_the_reference_sink_is_all_or_none(target, tmp_path)
+    message = str(failed.value)
+    assert message.startswith(f"[{GUARANTEES['group-member']}]")
+    assert "cannot hold prepared work past its task" in message
+    assert "twopc.CommitsOnDriver" in message
+
+
+class DotlessDriverSink(MemoryDriverSink):
+    """Broken for groups: it takes the sink id for a name that may not hold a dot, as a
+    plugin that builds table names from it might, and a group member's sink id has one."""
+
+    def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
+        if "." in ctx.sink_id:
+            raise PermanentSinkError(f"sink id {ctx.sink_id!r} is not a valid name")
+        return super().begin_transaction(ctx)
+
+
+class _DotlessMember(_InMemory, GroupMemberChecks):
+    sink_factory = "tests.kit.test_memory_conformance:DotlessDriverSink"
+
+
+def test_the_group_check_catches_a_sink_that_refuses_a_members_sink_id(tmp_path: Path) -> None:
+    checks = _DotlessMember()
+    target = checks.new_target(tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        checks.test_a_group_with_the_reference_sink_is_all_or_none(target, tmp_path)
+    message = str(failed.value)
+    assert message.startswith(f"[{GUARANTEES['group-member']}]")
+    assert "'kit-group.subject' is not a valid name" in message

@@ -164,6 +164,7 @@ def test_the_testing_helpers_are_pinned() -> None:
         "CrashChecks",
         "DriverCommitChecks",
         "EntryPointChecks",
+        "GroupMemberChecks",
         "MemoryDriverSink",
         "MemoryPayload",
         "MemoryStore",

@@ -34,6 +34,7 @@ from twopc.testing._base import GUARANTEES, SinkChecks, guarantee
 from twopc.testing._checks import DriverCommitChecks, TaskCommitChecks
 from twopc.testing._crash_checks import CrashChecks, crash_points
 from twopc.testing._entry_point_checks import EntryPointChecks
+from twopc.testing._group_checks import GroupMemberChecks
 from twopc.testing._memory import (
     MemoryDriverSink,
     MemoryPayload,
@@ -52,6 +53,7 @@ __all__ = [
     "CrashChecks",
     "DriverCommitChecks",
     "EntryPointChecks",
+    "GroupMemberChecks",
     "MemoryDriverSink",
     "MemoryPayload",
     "MemoryStore",

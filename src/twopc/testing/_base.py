@@ -73,6 +73,7 @@ GUARANTEES = {
     "format-options": 'format("twopc") options build the sink of sink_factory',
     "format-batch": 'df.write.format("twopc") writes once per write_id',
     "format-stream": 'writeStream.format("twopc") is exactly-once, replays included',
+    "group-member": "a group with the reference sink commits all or none, crashes included",
 }
 """Every guarantee the kit checks, by id, with the words the summary prints."""
 

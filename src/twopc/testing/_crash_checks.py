@@ -31,7 +31,8 @@ _ROLE = {True: "it commits in the task", False: "it commits on the driver"}
 
 
 def crash_points(sink: Sink[Any]) -> list[CrashPoint]:
-    """The crash points that apply to ``sink``'s commit role."""
+    """The crash points that apply to ``sink``'s commit role (``between_members`` applies
+    to groups only: :class:`~twopc.testing.GroupMemberChecks` crashes there)."""
     points = list(_TASK_POINTS)
     in_task = isinstance(sink, CommitsInTask)
     if in_task:
@@ -49,7 +50,9 @@ class CrashChecks(SinkChecks):
 
     @guarantee("crash-exactly-once")
     @pytest.mark.parametrize(
-        "point", [p for p in CrashPoint if not p.in_recovery], ids=lambda p: p.value
+        "point",
+        [p for p in CrashPoint if not p.in_recovery and not p.in_group_only],
+        ids=lambda p: p.value,
     )
     def test_sigkill_at_crash_point_then_restart(
         self, target: str, tmp_path: Path, point: CrashPoint
