@@ -165,3 +165,13 @@ def test_demo_prints_the_verdict_line(tmp_path: Path) -> None:
         r"exactly-once: OK \(expected=1200 committed=1200 duplicates=0 missing=0\)", lines[-1]
     )
     assert_exactly_once(read_ids(tmp_path / "demo" / "output"), set(range(1200)))
+
+
+def test_a_failed_jobs_other_task_leaves_nothing_in_a_live_session(tmp_path: Path) -> None:
+    """Chaos seed 120146: a Python worker killed fails the job while the job's other task
+    is about to prepare. Spark lets that task finish; the clean-up of the failed batch
+    waits for it, so its prepared work is aborted too instead of staying staged while the
+    session lives on (a notebook, a driver that restarts its query)."""
+    result = run_process(["-m", "tests.e2e.straggler_query", str(tmp_path)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.of("staged") == [{"event": "staged", "failed": True, "attempts": []}]

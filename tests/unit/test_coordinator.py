@@ -591,3 +591,39 @@ def test_lingering_transactions_aborted_are_counted_apart(tmp_path: Path, store_
     assert metrics.lingering_aborted == 3
     assert metrics.recovered_aborted >= 3  # the lingering ones are part of the aborted
     assert "lingering_aborted=3" in metrics.summary()
+
+
+class _StragglingEngine(LocalEngine):
+    """Phase 1 fails after partition 0 prepared; partition 1's task is still running then
+    (as Spark lets a failed job's other tasks run on) and prepares only once the engine
+    is asked to wait for it."""
+
+    def __init__(self, store_name: str, batch_id: int) -> None:
+        super().__init__(partitions(batch_id), processes=False)
+        self.store_name = store_name
+        self.task: Any = None
+        self.waited = 0
+
+    def run_phase1(self, task: Any) -> list[Any]:
+        self.task = task
+        task.run(0, 0, iter(partitions(1)[0].to_batches()), attempt_id=10)
+        raise twopc.SinkError("the Spark job failed: partition 0 was killed")
+
+    def wait_for_stragglers(self, timeout: float) -> bool:
+        self.waited += 1
+        # the straggler ends now, after preparing its work
+        self.task.run(1, 0, iter(partitions(1)[1].to_batches()), attempt_id=11)
+        return True
+
+
+def test_a_failed_phase1_waits_for_its_stragglers_before_cleaning_up(
+    tmp_path: Path, store_name: str, store: MemoryStore
+) -> None:
+    """Seed 120146 of the chaos campaign: a task of the failed job prepared after the
+    clean-up, and its work stayed until the next recovery. The clean-up now waits."""
+    straggling = _StragglingEngine(store_name, 1)
+    with pytest.raises(twopc.BatchFailedError):
+        coordinator(MemoryDriverSink(store_name), tmp_path).run_batch(QUERY, 1, straggling)
+    assert straggling.waited == 1
+    assert store.prepared == {}  # the straggler's prepared work was aborted too
+    assert store.visible == []

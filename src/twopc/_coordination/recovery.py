@@ -21,7 +21,7 @@ from twopc._coordination.steps import QUIET, Steps, counted, counter
 from twopc.faults import CrashPoint
 from twopc.protocol import CommitsInTask, CommitsOnDriver, Committable, Footprint, Sink
 
-__all__ = ["Recovery", "RecoveryStats"]
+__all__ = ["STRAGGLER_WAIT_SECONDS", "Recovery", "RecoveryStats"]
 
 _log = logging.getLogger("twopc")
 
