@@ -35,6 +35,9 @@ FAULT_LOG_LINE = "fault injection:"  # what twopc.faults logs when a rule fires
 SPARK_STARTED = '"event": "query-started"'
 RESHAPE_REFUSED = "ReplayMismatchError"  # a partly committed batch replayed in a new shape
 CHECKPOINT_REFUSED = "put back from an older copy"  # a restored checkpoint with its log inside
+FIRST_OFFSETS_LEFT = "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"
+"""Spark refuses to start a query whose ``offsets`` holds only the hidden temporary file
+of a first offset write that a kill interrupted (docs/troubleshooting.md)."""
 
 
 @dataclass
@@ -232,6 +235,8 @@ class Runner:
                 shutil.rmtree(run_dir / "chk")
                 (run_dir / "chk-newer").rename(run_dir / "chk")
                 continue
+            if code != 0 and FIRST_OFFSETS_LEFT in output and _remove_first_offsets_temp(run_dir):
+                continue  # the troubleshooting page's remedy, then the restart
             if code == 0:
                 return True
             if scenario.service:
@@ -468,6 +473,18 @@ class _Pauser:
             self.services.resume(self.service)
             self._done = True
         return self._paused_at is not None
+
+
+def _remove_first_offsets_temp(run_dir: Path) -> bool:
+    """Remove the hidden temporary files a kill left in the checkpoint's ``offsets`` before
+    its first offset file was written; whether there were any (nothing else is touched)."""
+    offsets = run_dir / "chk" / "offsets"
+    if not offsets.is_dir() or any(not p.name.startswith(".") for p in offsets.iterdir()):
+        return False
+    stale = [p for p in offsets.iterdir() if p.name.endswith((".tmp", ".tmp.crc"))]
+    for path in stale:
+        path.unlink()
+    return bool(stale)
 
 
 def _write_spark_input(scenario: Scenario, directory: Path) -> None:
