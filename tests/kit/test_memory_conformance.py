@@ -65,15 +65,20 @@ class _TaskSinkAsMember(_InMemory, GroupMemberChecks):
     sink_factory = "twopc.testing:MemoryTaskSink"
 
 
-def test_a_sink_that_commits_in_its_tasks_fails_the_group_check(tmp_path: Path) -> None:
-    """The group check fails a sink that cannot hold prepared work past its task, and its
-    message says why and what to do."""
-    checks = _TaskSinkAsMember()
+def _group_check_failure(checks: GroupMemberChecks, tmp_path: Path) -> str:
+    """The group check's failure message (it must fail, under its guarantee)."""
     target = checks.new_target(tmp_path)
     with pytest.raises(pytest.fail.Exception) as failed:
         checks.test_a_group_with_the_reference_sink_is_all_or_none(target, tmp_path)
     message = str(failed.value)
     assert message.startswith(f"[{GUARANTEES['group-member']}]")
+    return message
+
+
+def test_a_sink_that_commits_in_its_tasks_fails_the_group_check(tmp_path: Path) -> None:
+    """The group check fails a sink that cannot hold prepared work past its task, and its
+    message says why and what to do."""
+    message = _group_check_failure(_TaskSinkAsMember(), tmp_path)
     assert "cannot hold prepared work past its task" in message
     assert "twopc.CommitsOnDriver" in message
 
@@ -93,10 +98,5 @@ class _DotlessMember(_InMemory, GroupMemberChecks):
 
 
 def test_the_group_check_catches_a_sink_that_refuses_a_members_sink_id(tmp_path: Path) -> None:
-    checks = _DotlessMember()
-    target = checks.new_target(tmp_path)
-    with pytest.raises(pytest.fail.Exception) as failed:
-        checks.test_a_group_with_the_reference_sink_is_all_or_none(target, tmp_path)
-    message = str(failed.value)
-    assert message.startswith(f"[{GUARANTEES['group-member']}]")
+    message = _group_check_failure(_DotlessMember(), tmp_path)
     assert "'kit-group.subject' is not a valid name" in message
