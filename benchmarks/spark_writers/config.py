@@ -25,6 +25,7 @@ TARGETS = (
     "mysql_upsert_existing",
     "kafka_per_partition",
     "kafka_atomic",
+    "group_files_postgres",
 )
 """Every throughput target: twopc against the other ways to write the same system. ``files``
 is the files sink as ``write_path="auto"`` runs it on a local disk, phase 1 in Spark's own
@@ -34,7 +35,9 @@ tasks (``mapInArrow``). ``*_upsert`` compare twopc's upsert with Spark's JDBC ap
 7); ``*_upsert_empty`` and ``*_upsert_existing`` with the two ways users upsert from Spark
 today (issue 18): Spark's JDBC writer into a staging table plus one upsert statement on the
 driver, and ``foreachPartition`` with the Python driver's ``executemany``, into an empty
-table and into a table that already holds every key."""
+table and into a table that already holds every key. ``group_files_postgres`` is a
+``twopc.SinkGroup`` of the files sink and PostgreSQL ``two_phase`` (one decision) against
+the same two writes by hand in ``foreachBatch``, one after the other (issue 32)."""
 
 UPSERT_ALTERNATIVES = tuple(t for t in TARGETS if t.endswith(("_upsert_empty", "_upsert_existing")))
 
@@ -65,6 +68,9 @@ GOALS = {
     "mysql_upsert_existing": Goal(1.5, _UPSERT + ", every key exists", 18),
     "kafka_per_partition": Goal(1.0, "Spark's Kafka sink", 18),
     "kafka_atomic": Goal(1.0, "Spark's Kafka sink", 18),
+    "group_files_postgres": Goal(
+        round(1 / 1.1, 2), "`df.write.parquet` then Spark's JDBC writer, by hand", 32
+    ),
 }
 """The goals of issue 18 (which raised Kafka's and files' from issue 7's 0.8 and 0.9 and
 lowered MariaDB's append from 1.5 to 1.0), and issue 7's where issue 18 set none."""

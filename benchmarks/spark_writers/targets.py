@@ -54,6 +54,10 @@ class ReadBack:
     id_sum: int | None
 
 
+class TargetsDisagreeError(RuntimeError):
+    """The targets of one group run hold different rows."""
+
+
 class StaleRowsError(RuntimeError):
     """An upsert into a pre-filled table left rows with their old values."""
 
@@ -751,6 +755,62 @@ def count_committed(bootstrap: str, topic: str, partitions: int) -> int:
         consumer.close()
 
 
+class GroupTarget(Target):
+    """Issue 32: one batch to two targets. twopc writes a ``SinkGroup`` of the files sink
+    (Spark's writer) and PostgreSQL ``two_phase`` under one decision; the other side writes
+    the same two targets by hand inside ``foreachBatch``, one after the other, as users do
+    today (at-least-once). Both targets are read back; they must agree."""
+
+    name = "group_files_postgres"
+    twopc_label = "twopc SinkGroup: files (parquet) + postgres append two_phase"
+    spark_label = "`df.write.parquet`, then Spark's JDBC writer (by hand, at-least-once)"
+
+    def __init__(self, root: Path, database: Database, config: BenchConfig) -> None:
+        self.files = FilesTarget(root / "group", "spark")
+        self.table = PostgresTarget(database, "append", config)
+        self.table.table = f"{PREFIX}_group"
+
+    def prepare(self) -> None:
+        self.files.prepare()
+        self.table.prepare()
+
+    def reset(self) -> None:
+        self.files.reset()
+        self.table.reset()
+
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        orders = twopc.create_sink(
+            "postgres",
+            dsn=self.table.dsn(),
+            table=self.table.table,
+            mode="append",
+            marker_table=MARKERS,
+            transaction_mode="two_phase",
+        )
+        return twopc.SinkGroup(
+            {"files": twopc.Member(self.files.twopc_sink()), "orders": twopc.Member(orders)}
+        )
+
+    def spark_writer(self) -> Writer:
+        files, table = self.files.spark_writer(), self.table.spark_writer()
+
+        def write(df: Any, batch_id: int) -> None:
+            files(df, batch_id)
+            table(df, batch_id)
+
+        return write
+
+    def read_back(self, side: str) -> ReadBack:
+        files, table = self.files.read_back(side), self.table.read_back(side)
+        if (files.rows, files.id_sum) != (table.rows, table.id_sum):
+            raise TargetsDisagreeError(f"the group's targets differ: files {files}, table {table}")
+        return files
+
+    def cleanup(self) -> None:
+        self.files.cleanup()
+        self.table.cleanup()
+
+
 def build_targets(
     names: tuple[str, ...], endpoints: Endpoints, config: BenchConfig
 ) -> dict[str, Target]:
@@ -770,5 +830,6 @@ def build_targets(
         "mysql_upsert_existing": lambda: MySQLUpsertTarget(mysql, "existing", config),
         "kafka_per_partition": lambda: KafkaTarget(endpoints.kafka_bootstrap, "per_partition"),
         "kafka_atomic": lambda: KafkaTarget(endpoints.kafka_bootstrap, "atomic"),
+        "group_files_postgres": lambda: GroupTarget(config.work_dir, postgres, config),
     }
     return {name: factories[name]() for name in names}
