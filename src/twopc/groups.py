@@ -121,6 +121,13 @@ class SinkGroup(Sink[None], CommitsOnDriver):
         return {name: member_sink_id(group_sink_id, name) for name in self.members}
 
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
+        unknown = sorted({c.sink_id for c in committables if self._member_of(c) is None})
+        if unknown:
+            raise ConfigurationError(
+                f"decided work of {', '.join(unknown)} names no member of this group "
+                f"({', '.join(self.members)}): the batch was decided with that member, so "
+                "put the member back (same name, same target) until the batch is finished"
+            )
         outcomes: dict[int, CommitOutcome] = {}
         for member, indexed in self._by_member(committables):
             found = _driver(member).commit([c for _, c in indexed])
@@ -167,6 +174,11 @@ class SinkGroup(Sink[None], CommitsOnDriver):
     def __repr__(self) -> str:
         return f"SinkGroup({self.describe()})"
 
+    def _member_of(self, committable: Committable) -> str | None:
+        """The member that prepared ``committable``, if this group has it."""
+        name = _member_name(committable)
+        return name if name in self.members else None
+
     def _by_member(
         self, committables: Sequence[Committable]
     ) -> Iterator[tuple[Sink[Any], list[tuple[int, Committable]]]]:
@@ -174,8 +186,8 @@ class SinkGroup(Sink[None], CommitsOnDriver):
         of a sink id that names no member (a member removed since) is logged and left."""
         by_name: dict[str, list[tuple[int, Committable]]] = {}
         for index, committable in enumerate(committables):
-            _, _, name = committable.sink_id.rpartition(".")
-            if name not in self.members:
+            name = self._member_of(committable)
+            if name is None:
                 _log.warning(
                     "twopc: %s of batch %d names no member of this group (%s); left alone: "
                     "put the member back to finish or abort it",
@@ -188,6 +200,11 @@ class SinkGroup(Sink[None], CommitsOnDriver):
         for name in self.members:
             if name in by_name:
                 yield self.members[name].sink, by_name[name]
+
+
+def _member_name(committable: Committable) -> str:
+    """The member name in a committable's sink id (``<group>.<member>``)."""
+    return committable.sink_id.rpartition(".")[2]
 
 
 def _check_member(name: str, sink: Sink[Any]) -> None:

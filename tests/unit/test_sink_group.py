@@ -188,3 +188,27 @@ def test_status_and_recover_see_and_finish_every_member(tmp_path: Path, point: s
     for member in ("orders", "audit"):
         assert _ids(tmp_path, member) == _expected(0)
     assert report.after is not None and report.after.items == ()
+
+
+def test_a_decided_batch_of_a_removed_member_is_not_finished_silently(tmp_path: Path) -> None:
+    """A batch decided with a member that the restarted query's group no longer has: the
+    restart refuses with a message naming the member, instead of finishing only part of
+    the batch; with the member put back, the batch finishes everywhere."""
+    with pytest.raises(InjectedFault):
+        _writer(tmp_path, "after_decision:raise@batch=0").write(QUERY, 0, _batch(0))
+    orders_only = SinkGroup(
+        {
+            "orders": _group(tmp_path).members["orders"],
+            "archive": Member(MemoryDriverSink(f"unused-{tmp_path.name}")),
+        }
+    )
+    shrunk = twopc.local.foreach_batch(
+        orders_only, GROUP, commit_log=str(tmp_path / "log"), processes=False
+    )
+    with pytest.raises(twopc.TwoPCError, match=f"{GROUP}.audit names no member"):
+        shrunk.write(QUERY, 1, _batch(1))
+    assert _ids(tmp_path, "audit") == []
+    restarted = _writer(tmp_path)
+    assert restarted.write(QUERY, 0, _batch(0)).status == "skipped"
+    for member in ("orders", "audit"):
+        assert _ids(tmp_path, member) == _expected(0)
