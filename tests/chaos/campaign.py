@@ -28,7 +28,7 @@ from tests.harness.services import Services
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    backends = [*MODES, *(f"{b}:{m}" for b, modes in MODES.items() for m in modes)]
+    backends = [*MODES, *(f"{b}:{m}" for b, modes in MODES.items() for m in modes), "group"]
     parser = argparse.ArgumentParser(
         prog="scripts/chaos", description="Randomized crash campaign over every backend."
     )

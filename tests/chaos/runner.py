@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.scenario import SERVICE, SPECULATIVE_MASTER, Scenario
+from tests.chaos.scenario import SPECULATIVE_MASTER, Scenario
 from tests.chaos.warm_spark import HostAttempt, WarmSpark
 from tests.harness import procs
 from tests.harness.recipe_local_query import run_query
@@ -131,12 +131,12 @@ class Runner:
         result = RunResult(scenario)
         run_dir = self.workdir / f"run-{scenario.seed}-{uuid.uuid4().hex[:6]}"
         run_id = f"chaos-{scenario.seed}-{uuid.uuid4().hex[:8]}"
-        target = make_target(scenario.backend, self.env)
+        target = make_target(scenario.backend, self.env, scenario.mode)
         spec: SinkRecipe | None = None
         try:
             self._ensure_up(target)
             spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
-            if self.factory:
+            if self.factory and isinstance(spec, SinkRecipe):
                 spec = replace(spec, factory=self.factory)
             if scenario.event == "restore" and scenario.variant != "log-inside":
                 spec = replace(spec, log_outside=True)  # as docs/operations.md advises
@@ -450,7 +450,7 @@ class _Pauser:
         log: Path,
     ) -> None:
         self.services, self.scenario = services, scenario
-        self.service = SERVICE[scenario.backend] or ""
+        self.service = scenario.own_service or ""
         self._clock = _SinceStart(scenario, attempt, log)
         self._paused_at: float | None = None
         self._done = False

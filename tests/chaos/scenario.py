@@ -63,6 +63,17 @@ DELAY_PER_BATCH = {
     "kafka": 0.9,
     "spark": 1.0,
 }
+GROUP_SHARE = 0.25
+"""Share of the runs drawn as SQL ``two_phase`` that write a ``twopc.SinkGroup`` of that
+sink and a second member instead (``group``, issue 32): ``postgres+mysql``,
+``mysql+postgres`` or ``postgres+files``, the first member's service being the one a
+``service`` run kills or pauses. Drawn from a stream of its own (``group-SEED``) after
+everything else, so every seed drawn before groups joined keeps its scenario unless it is
+one of these. ``--backend group`` draws only groups."""
+GROUP_MODES = {
+    "postgres": ("postgres+mysql", "postgres+files"),
+    "mysql": ("mysql+postgres",),
+}
 S3_SHARE = 0.3
 """Share of the runs drawn as ``files`` that write to the S3 API instead of the local disk
 (when both are allowed). Drawn from a stream of its own (``store-SEED``) after the backend,
@@ -124,10 +135,17 @@ class Options:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
         if not self.backends:
             return every
-        wanted = {
-            f if ":" in f else f"{f}:{m}" for f in self.backends for m in MODES[f.split(":")[0]]
-        }
+        backends = [b for b in self.backends if b != "group"]
+        if self.groups_only():
+            backends = ["postgres:two_phase", "mysql:two_phase"]  # the groups' first members
+        wanted = {f if ":" in f else f"{f}:{m}" for f in backends for m in MODES[f.split(":")[0]]}
         return [(b, m) for b, m in every if f"{b}:{m}" in wanted]
+
+    def groups_only(self) -> bool:
+        return self.backends == ("group",)
+
+    def groups_allowed(self) -> bool:
+        return not self.backends or "group" in self.backends
 
     def repro_flags(self) -> list[str]:
         """The command-line flags that reproduce this draw (with ``--seed``)."""
@@ -166,7 +184,12 @@ class Scenario:
 
     @property
     def service(self) -> str | None:
-        return SERVICE[self.backend] if self.target == "service" else None
+        return self.own_service if self.target == "service" else None
+
+    @property
+    def own_service(self) -> str | None:
+        """The service of the run's backend (a group's: its first member's)."""
+        return service_of(self.backend, self.mode)
 
     @property
     def label(self) -> str:
@@ -185,7 +208,7 @@ class Scenario:
         elif self.event != "none":
             event = f" then {self.event}" + (f" ({self.variant})" if self.variant else "")
         if self.pause_for:
-            service = SERVICE[self.backend]
+            service = self.own_service
             event += f" +pause {service} {self.pause_for:.1f}s at {self.pause_at:.2f}s"
         return (
             f"{self.label} {self.engine} {where} {what} "
@@ -260,6 +283,7 @@ def draw(seed: int, options: Options) -> Scenario:
     )
     pause_at, pause_for = _pause(seed, backend, engine, batches)
     variant = _variant(seed, event, backend)
+    backend, mode, event = _group(seed, backend, mode, event, options)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -302,6 +326,27 @@ def _variant(seed: int, event: str, backend: str) -> str:
             return "log-outside"  # the files sink keeps its log next to the data
         return rng.choice(("log-outside", "log-inside"))
     return ""
+
+
+def service_of(backend: str, mode: str) -> str | None:
+    """The service a backend depends on; a group's is its first member's."""
+    if backend == "group":
+        return SERVICE[mode.split("+", maxsplit=1)[0]]
+    return SERVICE[backend]
+
+
+def _group(
+    seed: int, backend: str, mode: str, event: str, options: Options
+) -> tuple[str, str, str]:
+    """``(backend, mode, event)``: a share of the SQL ``two_phase`` runs become a group
+    run (all of them with ``--backend group``). A group has no ``rename`` (the other SQL
+    mode commits in its tasks, which a group refuses): it restarts as before instead."""
+    if mode != "two_phase" or backend not in GROUP_MODES or not options.groups_allowed():
+        return backend, mode, event
+    rng = random.Random(f"group-{seed}")
+    if not options.groups_only() and rng.random() >= GROUP_SHARE:
+        return backend, mode, event
+    return "group", rng.choice(GROUP_MODES[backend]), "none" if event == "rename" else event
 
 
 def _store(seed: int, backend: str, combos: Sequence[tuple[str, str]]) -> str:

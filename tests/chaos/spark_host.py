@@ -22,8 +22,8 @@ import json
 import sys
 import traceback
 
+from tests.harness.group_recipe import recipe_of
 from tests.harness.recipe_spark_query import emit, run_query, session
-from tests.harness.sink_recipe import SinkRecipe
 
 EXIT_EVENT = "attempt-exit"
 
@@ -39,7 +39,7 @@ def serve(master: str, speculation: bool = False) -> int:
         try:
             code = run_query(
                 spark,
-                SinkRecipe.loads(request["spec"]),
+                recipe_of(request["spec"]),
                 request["checkpoint"],
                 request["input"],
                 int(request["partitions"]),

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tests.chaos.campaign import repro
-from tests.chaos.scenario import MODES, SPECULATIVE_MASTER, NoScenario, Options, draw
+from tests.chaos.scenario import GROUP_MODES, MODES, SPECULATIVE_MASTER, NoScenario, Options, draw
 from twopc.faults import FaultPlan
 
 pytestmark = pytest.mark.unit
@@ -34,9 +34,10 @@ def test_every_fault_parses_and_names_a_batch_of_the_run() -> None:
 
 def test_the_mix_covers_every_backend_mode_and_target() -> None:
     scenarios = [draw(seed, Options(spark_share=0.05)) for seed in range(3000)]
+    groups = {("group", m) for modes in GROUP_MODES.values() for m in modes}
     assert {(s.backend, s.mode) for s in scenarios} == {
         (b, m) for b, modes in MODES.items() for m in modes
-    }
+    } | groups
     targets = Counter(s.service or s.target for s in scenarios)
     assert set(targets) == {"driver", "worker", "executor", "postgres", "mariadb", "kafka", "s3"}
     assert all(s.master.startswith("local-cluster") for s in scenarios if s.target == "executor")
@@ -101,6 +102,8 @@ def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was()
     without = Options(backends=("files", "postgres", "mysql", "kafka"))
     for seed in range(1000):
         scenario = draw(seed, Options())
+        if scenario.backend == "group":
+            continue  # tested below
         if scenario.backend != "s3":
             assert scenario == draw(seed, without)
         else:
@@ -108,4 +111,28 @@ def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was()
     only = [draw(seed, Options(backends=("s3",))) for seed in range(200)]
     assert {s.backend for s in only} == {"s3"}
     assert {s.service for s in only} == {None, "s3"}
+    assert all(s.event != "rename" for s in only)
+
+
+def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_seed_as_it_was() -> (
+    None
+):
+    """Groups joined the mix after seeds were recorded: a seed not drawn as a group draws
+    what it drew before (the draw without groups); a group seed is, without groups, a SQL
+    ``two_phase`` run of the group's first member; ``--backend group`` draws groups only,
+    never with ``rename``."""
+    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka"))
+    groups = 0
+    for seed in range(1000):
+        scenario = draw(seed, Options())
+        before = draw(seed, without)
+        if scenario.backend != "group":
+            assert scenario == before
+            continue
+        groups += 1
+        assert (before.backend, before.mode) == (scenario.mode.split("+")[0], "two_phase")
+        assert scenario.own_service == {"postgres": "postgres", "mysql": "mariadb"}[before.backend]
+    assert 30 < groups < 150
+    only = [draw(seed, Options(backends=("group",))) for seed in range(200)]
+    assert {s.backend for s in only} == {"group"}
     assert all(s.event != "rename" for s in only)

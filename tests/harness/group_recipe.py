@@ -28,6 +28,7 @@ class GroupRecipe:
     sink_id: str
     members: tuple[MemberRecipe, ...]
     backend: str = "group"
+    log_outside: bool = False  # keep the commit log next to, not inside, the checkpoint
 
     @classmethod
     def of(cls, sink_id: str, *members: tuple[str, SinkRecipe, tuple[str, ...]]) -> GroupRecipe:
@@ -52,11 +53,15 @@ class GroupRecipe:
             MemberRecipe(m["name"], SinkRecipe(**m["sink"]), tuple(m["columns"]))
             for m in data["members"]
         )
-        return cls(data["sink_id"], members)
+        return cls(data["sink_id"], members, log_outside=bool(data.get("log_outside")))
 
     def commit_log(self, checkpoint: str) -> str:
-        """The group's decisions, inside the checkpoint."""
-        return f"{checkpoint}/twopc-log"
+        """The group's decisions, inside the checkpoint or (``log_outside``) beside it."""
+        return f"{checkpoint}-twopc-log" if self.log_outside else f"{checkpoint}/twopc-log"
+
+    def renamed(self, *, kafka_mode: bool = False) -> GroupRecipe:
+        """A group has no naming option to change (the chaos campaign's ``rename``)."""
+        return self
 
 
 def build_group(recipe: GroupRecipe) -> twopc.SinkGroup:

@@ -389,9 +389,65 @@ class S3FilesTarget(Target):
             s3.rm(prefix, recursive=True)
 
 
-def make_target(backend: str, env: dict[str, str]) -> Target:
+class GroupTarget(Target):
+    """A ``twopc.SinkGroup``'s targets, the mode naming the members' backends in order
+    (``postgres+mysql``): the first member's service is the run's. A reader sees an id
+    only where every member shows it (with its highest count), so a batch one member lacks
+    counts as missing; leftovers are every member's."""
+
+    backend = "group"
+
+    def __init__(self, env: dict[str, str], mode: str) -> None:
+        self.targets = [(f"m{i}-{b}", make_target(b, env)) for i, b in enumerate(mode.split("+"))]
+        self.service = self.targets[0][1].service
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> Any:
+        from tests.harness.group_recipe import GroupRecipe
+
+        members = []
+        for index, (name, target) in enumerate(self.targets):
+            member_mode = "parquet" if target.backend == "files" else "two_phase"
+            where = run_dir / name
+            spec = target.prepare(f"{run_id}-{index}", member_mode, where, kafka_partitions)
+            members.append((name, spec, ()))
+        return GroupRecipe.of(run_id, *members)
+
+    def _pairs(self, spec: Any) -> list[tuple[Target, SinkRecipe]]:
+        return [(t, m.sink) for (_, t), m in zip(self.targets, spec.members, strict=True)]
+
+    def committed(self, spec: Any) -> Counter[int]:
+        seen = [target.committed(member) for target, member in self._pairs(spec)]
+        common = set.intersection(*(set(s) for s in seen))
+        return Counter({i: max(s[i] for s in seen) for i in common})
+
+    def leftovers(self, spec: Any) -> list[str]:
+        found = []
+        for (name, _), (target, member) in zip(self.targets, self._pairs(spec), strict=True):
+            found += [f"{name}: {left}" for left in target.leftovers(member)]
+        every = [set(target.committed(member)) for target, member in self._pairs(spec)]
+        if len({frozenset(s) for s in every}) > 1:
+            found.append(f"the members show different ids: {[len(s) for s in every]}")
+        return found
+
+    def alive(self) -> bool:
+        return self.targets[0][1].alive()
+
+    def endpoint(self) -> tuple[str, int] | None:
+        return self.targets[0][1].endpoint()
+
+    def forget_markers(self, spec: Any) -> int:
+        return sum(target.forget_markers(member) for target, member in self._pairs(spec))
+
+    def cleanup(self, spec: Any) -> None:
+        for target, member in self._pairs(spec):
+            target.cleanup(member)
+
+
+def make_target(backend: str, env: dict[str, str], mode: str = "") -> Target:
     """The target of a backend, addressed with ``scripts/services env`` settings (``s3``:
-    the files backend on the S3 API)."""
+    the files backend on the S3 API; ``group``: the members ``mode`` names)."""
+    if backend == "group":
+        return GroupTarget(env, mode)
     if backend == "files":
         return FilesTarget()
     if backend == "s3":
