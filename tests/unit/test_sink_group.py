@@ -212,3 +212,9 @@ def test_a_decided_batch_of_a_removed_member_is_not_finished_silently(tmp_path: 
     assert restarted.write(QUERY, 0, _batch(0)).status == "skipped"
     for member in ("orders", "audit"):
         assert _ids(tmp_path, member) == _expected(0)
+
+
+def test_a_member_sink_id_longer_than_a_sink_id_may_be_is_refused(tmp_path: Path) -> None:
+    long_id = "g" * 60
+    with pytest.raises(twopc.ConfigurationError, match="member 'orders' would write under"):
+        twopc.local.foreach_batch(_group(tmp_path), long_id, commit_log=str(tmp_path / "log"))

@@ -22,6 +22,7 @@ from twopc._coordination.engine import BatchEngine
 from twopc._coordination.liveness import Heartbeat, HeartbeatState, process_start, this_host
 from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
+from twopc.groups import SinkGroup
 from twopc.progress import ProgressReporter, SourceOffsets
 from twopc.protocol import Sink, TracksWriters, WriterRecord
 from twopc.storage import join
@@ -97,6 +98,17 @@ def validate_sink_id(sink_id: str) -> str:
     return sink_id
 
 
+def _validate_member_ids(group: SinkGroup, sink_id: str) -> None:
+    """A group's members write under ``<sink id>.<member>``: each must be a sink id too."""
+    for name, member_id in group.member_ids(sink_id).items():
+        if not _SINK_ID.match(member_id):
+            raise ConfigurationError(
+                f"group member {name!r} would write under sink id {member_id!r}, longer than "
+                "the 64 characters a sink id may have: shorten the group's sink_id or the "
+                "member's name"
+            )
+
+
 def resolve_commit_log(
     sink: Sink[Any],
     sink_id: str,
@@ -134,6 +146,8 @@ class BatchWriter:
         options = options or WriterOptions()
         self.sink = sink
         self.sink_id = validate_sink_id(sink_id)
+        if isinstance(sink, SinkGroup):
+            _validate_member_ids(sink, self.sink_id)
         self.options = options
         self._faults = options.faults if options.faults is not None else FaultPlan.from_env()
         self.progress = options.progress
