@@ -28,9 +28,10 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from twopc._contract.paths import CommitPath
 from twopc._contract.values import Committable, Inspection, PendingWork, TaskContext
 from twopc.errors import ConfigurationError
-from twopc.protocol import CommitOutcome, CommitsInTask, CommitsOnDriver, Sink
+from twopc.protocol import CommitOutcome, CommitsOnDriver, Sink
 
 __all__ = ["Member", "SinkGroup", "member_sink_id"]
 
@@ -221,16 +222,15 @@ def _check_member(name: str, sink: Sink[Any]) -> None:
             f"group member {name!r} is a {type(sink).__name__}, not a twopc sink "
             "(twopc.create_sink(...) makes one)"
         )
-    if isinstance(sink, CommitsInTask):
+    try:
+        path = CommitPath.of(sink)  # the coordinator's own rule for where a sink commits
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"group member {name!r}: {exc.cause_message}") from None
+    if path is CommitPath.TASK:
         raise ConfigurationError(
             f"group member {name!r} ({sink.describe()}) commits inside its tasks, before the "
             "group's decision, so the group could not take its batch back if another member "
             f"failed: {_instead(sink)}"
-        )
-    if not isinstance(sink, CommitsOnDriver):
-        raise ConfigurationError(
-            f"group member {name!r} ({type(sink).__name__}) has no commit role; a member must "
-            "commit on the driver (twopc.CommitsOnDriver)"
         )
 
 

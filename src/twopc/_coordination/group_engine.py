@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from twopc._contract.paths import CommitPath
-from twopc._coordination.completeness import collect_committables
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
@@ -54,17 +53,16 @@ class GroupEngine(BatchEngine):
         batch_id: int,
         path: CommitPath,
     ) -> list[Committable]:
-        """Each member's committables, checked against what that member's engine ran: an
-        error names the member's sink id and partition."""
+        """Each member's committables, as that member's engine puts them together (checked
+        against what it ran): an error names the member's sink id and partition."""
         found: list[Committable] = []
         for name, engine in self.engines.items():
-            found += collect_committables(
+            found += engine.committables(
                 self._reports.get(name, []),
                 sink_id=member_sink_id(sink_id, name),
                 query_id=query_id,
                 batch_id=batch_id,
                 path=path,
-                partitions_run=engine.partitions_run(),
             )
         return found
 
