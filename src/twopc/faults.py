@@ -57,6 +57,13 @@ class CrashPoint(Enum):
     """Task (``commit_in_task`` sinks): committed, not yet reported to the driver."""
     BEFORE_DECISION = "before_decision"
     """Driver: every partition prepared, decision not recorded."""
+    BEFORE_LAST_RESOURCE = "before_last_resource"
+    """Driver, a group with a last resource (Kafka ``atomic``): the other members prepared
+    and the work they hold is recorded; the last resource's transaction not yet run, so
+    nothing is decided."""
+    AFTER_LAST_RESOURCE = "after_last_resource"
+    """Driver, a group with a last resource: its transaction committed (the group's
+    decision), no other member committed yet."""
     AFTER_DECISION = "after_decision"
     """Driver: decision durable, nothing committed."""
     BETWEEN_COMMITS = "between_commits"
@@ -77,8 +84,15 @@ class CrashPoint(Enum):
 
     @property
     def in_group_only(self) -> bool:
-        """Fires only in a :class:`~twopc.SinkGroup`'s batch (``between_members``)."""
-        return self is CrashPoint.BETWEEN_MEMBERS
+        """Fires only in a :class:`~twopc.SinkGroup`'s batch (``between_members`` and the
+        last-resource points)."""
+        return self is CrashPoint.BETWEEN_MEMBERS or self.needs_last_resource
+
+    @property
+    def needs_last_resource(self) -> bool:
+        """Fires only in the batch of a group with a last resource (a Kafka ``atomic``
+        member)."""
+        return self in (CrashPoint.BEFORE_LAST_RESOURCE, CrashPoint.AFTER_LAST_RESOURCE)
 
     @property
     def on_driver(self) -> bool:
@@ -103,6 +117,8 @@ _RECOVERY_POINTS = frozenset(
 _DRIVER_POINTS = frozenset(
     {
         CrashPoint.BEFORE_DECISION,
+        CrashPoint.BEFORE_LAST_RESOURCE,
+        CrashPoint.AFTER_LAST_RESOURCE,
         CrashPoint.AFTER_DECISION,
         CrashPoint.BETWEEN_COMMITS,
         CrashPoint.BETWEEN_MEMBERS,

@@ -10,8 +10,11 @@ what no decision names is aborted in every member.
 
 That is all-or-none only if every member can hold prepared work past its task until the
 decision: members must commit on the driver (:class:`~twopc.CommitsOnDriver`: the files
-sink, SQL ``two_phase``, third-party driver-commit sinks). Members that commit inside
-their tasks are refused with an error naming what to use instead (decision 41).
+sink, SQL ``two_phase``, third-party driver-commit sinks). One member whose batch is a single
+transaction that cannot leave its task (Kafka ``atomic``, any :class:`~twopc.LastResource`)
+may join as the **last resource**: it runs after the others prepared and their work is
+recorded, and its commit is the group's decision. Other members that commit inside their
+tasks are refused with an error naming what to use instead (decision 41).
 
 Each member keeps its own sink id, ``<group sink id>.<member name>``: its staging
 directories, prepared transactions and markers are its own, so a member's target is
@@ -29,9 +32,15 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from twopc._contract.paths import CommitPath
-from twopc._contract.values import Committable, Inspection, PendingWork, TaskContext
+from twopc._contract.values import (
+    Committable,
+    Inspection,
+    PendingWork,
+    RecoveryScope,
+    TaskContext,
+)
 from twopc.errors import ConfigurationError
-from twopc.protocol import CommitOutcome, CommitsOnDriver, Sink
+from twopc.protocol import CommitOutcome, CommitsOnDriver, LastResource, Sink
 
 __all__ = ["Member", "SinkGroup", "member_sink_id"]
 
@@ -68,7 +77,8 @@ class SinkGroup(Sink[None], CommitsOnDriver):
     Args:
         members: member name -> :class:`Member` (or a bare sink, which gets the whole
             batch). Names are 1-32 letters, digits, ``_`` or ``-``; the order is the order
-            of phase 1 and of the commits. At least two members.
+            of phase 1 and of the commits, except that a last resource (at most one: a
+            Kafka sink in ``atomic`` mode) always runs last. At least two members.
 
     Example::
 
@@ -90,11 +100,25 @@ class SinkGroup(Sink[None], CommitsOnDriver):
                 "single target with its sink directly"
             )
         checked: dict[str, Member] = {}
+        last: list[str] = []
         for name, member in members.items():
             entry = member if isinstance(member, Member) else Member(member)
-            _check_member(name, entry.sink)
+            if _check_member(name, entry.sink):
+                last.append(name)
             checked[name] = entry
-        self.members: dict[str, Member] = checked
+        if len(last) > 1:
+            raise ConfigurationError(
+                f"group members {', '.join(map(repr, last))} each commit their batch in one "
+                "transaction inside a task; a group takes at most one such member (its last "
+                "resource, whose commit is the group's decision): write the others in a "
+                "query of their own"
+            )
+        self.last_resource: str | None = last[0] if last else None
+        """The member whose one transaction is the group's decision (Kafka ``atomic``), if
+        any; it runs after every other member."""
+        self.members: dict[str, Member] = {
+            name: checked[name] for name in sorted(checked, key=lambda n: n in last)
+        }
 
     # -- the task side belongs to the members ---------------------------------------------
 
@@ -121,6 +145,27 @@ class SinkGroup(Sink[None], CommitsOnDriver):
         """Member name -> the sink id it writes under."""
         return {name: member_sink_id(group_sink_id, name) for name in self.members}
 
+    def last_resource_id(self, group_sink_id: str) -> str | None:
+        """The sink id of the group's last resource, if it has one."""
+        if self.last_resource is None:
+            return None
+        return member_sink_id(group_sink_id, self.last_resource)
+
+    def last_resource_committed(self, last_resource_id: str, query_id: str, batch_id: int) -> bool:
+        """Fence the last resource's open transactions, then whether it committed the batch
+        (its marker): the outcome of a conditional decision."""
+        name = last_resource_id.rpartition(".")[2]
+        if name != self.last_resource:
+            raise ConfigurationError(
+                f"batch {batch_id} of query {query_id} waits on its last resource "
+                f"{last_resource_id}, which this group does not have as its last resource "
+                f"({self.last_resource or 'none'}): put that member back (same name, same "
+                "target) until the batch is finished"
+            )
+        sink = self.members[name].sink
+        assert isinstance(sink, LastResource)
+        return sink.fence_and_check(RecoveryScope(last_resource_id, query_id), batch_id)
+
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         unknown = sorted({c.sink_id for c in committables if self._member_of(c) is None})
         if unknown:
@@ -131,22 +176,32 @@ class SinkGroup(Sink[None], CommitsOnDriver):
             )
         outcomes: dict[int, CommitOutcome] = {}
         for member, indexed in self._by_member(committables):
-            found = _driver(member).commit([c for _, c in indexed])
+            if not isinstance(member, CommitsOnDriver):
+                # the last resource committed in its task: it was the decision
+                outcomes.update((i, CommitOutcome.ALREADY_COMMITTED) for i, _ in indexed)
+                continue
+            found = member.commit([c for _, c in indexed])
             outcomes.update(zip((i for i, _ in indexed), found, strict=True))
         return [outcomes[i] for i in range(len(committables))]
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for member, indexed in self._by_member(committables):
-            _driver(member).abort_prepared([c for _, c in indexed])
+            if isinstance(member, CommitsOnDriver):
+                member.abort_prepared([c for _, c in indexed])
 
     def batch_committed(self, committables: Sequence[Committable]) -> None:
         for member, indexed in self._by_member(committables):
-            _driver(member).batch_committed([c for _, c in indexed])
+            if isinstance(member, CommitsOnDriver):
+                member.batch_committed([c for _, c in indexed])
 
     def recover(self, sink_id: str) -> list[Committable]:
+        """Every driver member's prepared work (a last resource holds none: its open
+        transactions are fenced, never listed)."""
         found: list[Committable] = []
         for name, member_id in self.member_ids(sink_id).items():
-            found += _driver(self.members[name].sink).recover(member_id)
+            sink = self.members[name].sink
+            if isinstance(sink, CommitsOnDriver):
+                found += sink.recover(member_id)
         return found
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
@@ -208,8 +263,9 @@ def _member_name(committable: Committable) -> str:
     return committable.sink_id.rpartition(".")[2]
 
 
-def _check_member(name: str, sink: Sink[Any]) -> None:
-    """A member that can join a group: a named sink that holds prepared work past its task."""
+def _check_member(name: str, sink: Sink[Any]) -> bool:
+    """A member that can join a group: a named sink that holds prepared work past its task,
+    or a last resource (then ``True``)."""
     if not isinstance(name, str) or not _MEMBER_NAME.match(name):
         raise ConfigurationError(
             f"group member name {name!r}: use 1-32 letters, digits, '_' or '-' (it becomes "
@@ -226,18 +282,24 @@ def _check_member(name: str, sink: Sink[Any]) -> None:
         path = CommitPath.of(sink)  # the coordinator's own rule for where a sink commits
     except ConfigurationError as exc:
         raise ConfigurationError(f"group member {name!r}: {exc.cause_message}") from None
-    if path is CommitPath.TASK:
-        raise ConfigurationError(
-            f"group member {name!r} ({sink.describe()}) commits inside its tasks, before the "
-            "group's decision, so the group could not take its batch back if another member "
-            f"failed: {_instead(sink)}"
-        )
+    if path is CommitPath.DRIVER:
+        return False
+    if _last_resource_refusal(sink) is None:
+        return True
+    raise ConfigurationError(
+        f"group member {name!r} ({sink.describe()}) commits inside its tasks, before the "
+        "group's decision, so the group could not take its batch back if another member "
+        f"failed: {_instead(sink)}"
+    )
 
 
-def _driver(sink: Sink[Any]) -> CommitsOnDriver:
-    """A member's commit role (checked when the group was made)."""
-    assert isinstance(sink, CommitsOnDriver)
-    return sink
+def _last_resource_refusal(sink: Sink[Any]) -> str | None:
+    """Why an in-task sink cannot be a group's last resource, or ``None`` when it can."""
+    if not isinstance(sink, LastResource):
+        return "it is no twopc.LastResource"
+    if not sink.single_task:
+        return "it writes a batch in several tasks"
+    return sink.last_resource_refusal()
 
 
 def _instead(sink: Sink[Any]) -> str:
@@ -248,6 +310,12 @@ def _instead(sink: Sink[Any]) -> str:
     if backend == "kafka":
         return (
             "a Kafka transaction cannot outlive its producer (librdkafka has no KIP-939), so "
-            "Kafka cannot hold prepared work for a group; write the topic in its own query"
+            "Kafka cannot hold prepared work for a group; one Kafka member in mode='atomic' "
+            "(one transaction per batch) may join as the group's last resource, whose commit "
+            "is the group's decision"
         )
-    return "use a mode of the sink that commits on the driver (twopc.CommitsOnDriver)"
+    why = _last_resource_refusal(sink)
+    return (
+        "use a mode of the sink that commits on the driver (twopc.CommitsOnDriver); it "
+        f"cannot be the group's last resource either: {why}"
+    )

@@ -72,6 +72,7 @@ __all__ = [
     "Footprint",
     "Inspection",
     "KeepsMarkers",
+    "LastResource",
     "Payload",
     "PendingWork",
     "RecoveryScope",
@@ -301,6 +302,35 @@ class CommitsInTask(KeepsMarkers, Generic[TxnT]):
         it aborted, if known (else 0).
         """
         return 0
+
+
+class LastResource(ABC):
+    """Optional role of a :class:`CommitsInTask` sink that writes a batch as one
+    transaction in one task (:attr:`Sink.single_task`): it may join a
+    :class:`~twopc.SinkGroup` as its **last resource** (decision 41).
+
+    The group runs it after every other member prepared and after recording, in its commit
+    log, the work those members hold. Its one transaction (data and marker) then *is* the
+    group's decision: committed, the driver commits every other member; not committed, it
+    aborts them. A crash in between is resolved by :meth:`fence_and_check`. Kafka's
+    ``atomic`` mode implements it.
+    """
+
+    def last_resource_refusal(self) -> str | None:
+        """Why this instance cannot be a group's last resource (an option that splits a
+        batch into several transactions), or ``None`` when it can. Default: ``None``."""
+        return None
+
+    @abstractmethod
+    def fence_and_check(self, scope: RecoveryScope, batch_id: int) -> bool:
+        """Make sure no transaction of ``scope`` still open can commit later (fence it),
+        then say whether batch ``batch_id`` (or a later one) committed, by the marker.
+
+        Called on the driver when the group's run was cut short between recording its work
+        and learning the outcome of the last resource's transaction: a crash, or a failed
+        task whose transaction may have committed anyway. Raise (a
+        :class:`~twopc.TransientSinkError`) when the target cannot be asked: the group then
+        decides nothing until it can."""
 
 
 # -- optional: phase 1 as Spark's own write job --------------------------------------------

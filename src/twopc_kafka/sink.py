@@ -14,7 +14,9 @@ another process's transaction), so each task commits its own transaction: the si
 
 ``mode="atomic"`` writes each micro-batch in a single task and a single transaction, so a
 ``read_committed`` consumer sees all of a batch or none of it (see the Kafka page for why
-per-partition transactions, even behind a barrier, cannot promise that).
+per-partition transactions, even behind a barrier, cannot promise that). That one
+transaction can also be a :class:`~twopc.SinkGroup`'s last resource
+(:class:`~twopc.LastResource`): its commit decides the group's batch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from twopc import (
     Committable,
     Footprint,
     Inspection,
+    LastResource,
     Payload,
     PermanentSinkError,
     ProgressInTask,
@@ -84,7 +87,12 @@ class KafkaPayload(Payload):
         return cls(str(data["transactional_id"]), int(data["rows"]))
 
 
-class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], CommitsProgressInTask):
+class KafkaSink(
+    Sink[KafkaTransaction],
+    CommitsInTask[KafkaTransaction],
+    CommitsProgressInTask,
+    LastResource,
+):
     """Exactly-once writes to Kafka topics.
 
     Args:
@@ -446,6 +454,33 @@ class KafkaSink(Sink[KafkaTransaction], CommitsInTask[KafkaTransaction], Commits
             ) from exc
         _log.debug("committed %s in %.3fs", txn.transactional_id, time.monotonic() - started)
         return CommitOutcome.COMMITTED
+
+    # -- a group's last resource -------------------------------------------------------------
+
+    def last_resource_refusal(self) -> str | None:
+        if self.mode != "atomic":
+            return (
+                f"mode={self.mode!r} commits one transaction per Spark partition; only "
+                "mode='atomic' writes a batch in one transaction"
+            )
+        return None
+
+    def fence_and_check(self, scope: RecoveryScope, batch_id: int) -> bool:
+        """``init_transactions`` on the batch's transactional id (aborts its open
+        transaction and fences every producer that holds it), then the marker: whether
+        batch ``batch_id`` or a later one committed. Fencing is not skipped for an id this
+        process probed before: a task may have opened a transaction since."""
+        transactional_id = self.transactional_id(scope.sink_id, 0)
+        self._probed.discard(transactional_id)
+        if not self._probe(transactional_id):
+            raise TransientSinkError(
+                f"cannot fence the transactional id {transactional_id} on "
+                f"{self.bootstrap_servers}, so whether the group's batch {batch_id} committed "
+                "cannot be decided yet; retried at the next recovery"
+            )
+        footprint = Footprint(partitions=1, naming=self.naming())
+        committed = self.committed_partitions(scope, batch_id, footprint)
+        return bool(committed and 0 in committed)
 
     # -- lingering transactions --------------------------------------------------------------
 

@@ -497,8 +497,8 @@ def test_a_decision_of_a_newer_format_is_refused_not_misread(
     log.record_decision(Decision("orders", QUERY, 0, ()))
     path = tmp_path / "log" / QUERY / f"{0:020d}.decision.json"
     body = json.loads(path.read_text())
-    path.write_text(json.dumps({**body, "format": 3}))
-    with pytest.raises(twopc.UnsupportedFormatError, match="format 3; this twopc reads formats"):
+    path.write_text(json.dumps({**body, "format": 4}))
+    with pytest.raises(twopc.UnsupportedFormatError, match="format 4; this twopc reads formats"):
         coordinator(MemoryDriverSink(store_name), tmp_path).run_batch(QUERY, 0, engine(0))
 
 

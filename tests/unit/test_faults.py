@@ -162,6 +162,8 @@ def test_driver_points() -> None:
     assert driver == {
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_DECISION,
+        CrashPoint.BEFORE_LAST_RESOURCE,
+        CrashPoint.AFTER_LAST_RESOURCE,
         CrashPoint.BETWEEN_COMMITS,
         CrashPoint.BETWEEN_MEMBERS,
         CrashPoint.AFTER_COMMIT,

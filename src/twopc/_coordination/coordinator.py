@@ -29,8 +29,9 @@ from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 from twopc._coordination.batch_outcome import committed_metrics, finished, metrics_with_progress
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.completeness import WHAT_STAYS, collect_committables
-from twopc._coordination.deciding import Decider
+from twopc._coordination.deciding import Decider, LastResourceRun
 from twopc._coordination.engine import BatchEngine
+from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.publishing import Publisher
 from twopc._coordination.recovery import STRAGGLER_WAIT_SECONDS, Recovery, RecoveryStats
@@ -39,6 +40,7 @@ from twopc._coordination.reports import TaskReport
 from twopc._coordination.steps import QUIET, Steps
 from twopc.errors import BatchFailedError, ConfigurationError
 from twopc.faults import FaultPlan
+from twopc.groups import SinkGroup
 from twopc.progress import ProgressInTask, ProgressReporter, SourceOffsets
 from twopc.protocol import CommitsInTask, Committable, KeepsMarkers, Sink
 
@@ -95,6 +97,10 @@ class Coordinator:
         markers = sink if isinstance(sink, KeepsMarkers) else None
         guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
         self.admission = Admission(sink, sink_id, commit_log, guard, self.publisher)
+        self._last_resource_id = (
+            sink.last_resource_id(sink_id) if isinstance(sink, SinkGroup) else None
+        )
+        """A group's last resource, whose commit decides its batches (Kafka ``atomic``)."""
         self._counts_partitions = isinstance(sink, CommitsInTask | KeepsMarkers)
         """Whether a run's partition count matters (an in-task sink's open work and markers
         are found by it); a driver-path sink's prepared work is found by listing, so its
@@ -169,19 +175,8 @@ class Coordinator:
             when=When.BEFORE_TASKS,
         )
         state = admitted.state
-        base = BatchMetrics(
-            self.sink_id,
-            query_id,
-            batch_id,
-            status=BatchStatus.SKIPPED,
-            backend=self.sink.backend_name,
-            recover_seconds=recovered_at - started,
-            recovered_committed=recovery.committed,
-            recovered_aborted=recovery.aborted,
-            swept=recovery.swept,
-            lingering_aborted=recovery.lingering,
-            commit_log_batches=len(state.decided),
-        )
+        base = self._skipped_metrics(query_id, batch_id, recovery, recovered_at - started)
+        base = replace(base, commit_log_batches=len(state.decided))
         if admitted.replay is not None:
             _log.info(
                 "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
@@ -202,8 +197,14 @@ class Coordinator:
         if self._counts_partitions:
             self.admission.learn_partitions(query_id, batch_id, run, len(committables))
         decided = self.decider.decide_and_commit(
-            query_id, batch_id, committables, state, progress.decided
+            query_id,
+            batch_id,
+            committables,
+            state,
+            progress=progress.decided,
+            last_resource=self._last_resource(engine, batch_id),
         )
+        reports += decided.last_resource_reports
         committed_at = time.monotonic()
         published = self.publisher.publish(decided.decision)
         aborted, swept = self.recovery.clean_losing_attempts(reports, decided.decision, engine)
@@ -217,6 +218,23 @@ class Coordinator:
             swept=base.swept + swept,
         )
         return finished(metrics_with_progress(metrics, published), started)
+
+    def _skipped_metrics(
+        self, query_id: str, batch_id: int, recovery: RecoveryStats, recover_seconds: float
+    ) -> BatchMetrics:
+        """A batch's metrics before it writes anything (what its recovery did)."""
+        return BatchMetrics(
+            self.sink_id,
+            query_id,
+            batch_id,
+            status=BatchStatus.SKIPPED,
+            backend=self.sink.backend_name,
+            recover_seconds=recover_seconds,
+            recovered_committed=recovery.committed,
+            recovered_aborted=recovery.aborted,
+            swept=recovery.swept,
+            lingering_aborted=recovery.lingering,
+        )
 
     def _phase1(
         self,
@@ -252,6 +270,29 @@ class Coordinator:
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             ) from exc
+
+    def _last_resource(self, engine: BatchEngine, batch_id: int) -> LastResourceRun | None:
+        """A group's last resource, to run once the other members' work is recorded; a
+        failed run first lets its stragglers end, so that fencing it is the last word."""
+        if self._last_resource_id is None:
+            return None
+        if not isinstance(engine, GroupEngine):
+            raise ConfigurationError(
+                f"a group with a last resource is run by the group engine, not by "
+                f"{type(engine).__name__}",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        group_engine = engine
+
+        def run() -> tuple[list[TaskReport], list[Committable]]:
+            try:
+                return group_engine.run_last_resource()
+            except Exception:
+                self._let_stragglers_end(group_engine, batch_id)
+                raise
+
+        return LastResourceRun(self._last_resource_id, run)
 
     def _let_stragglers_end(self, engine: BatchEngine, batch_id: int) -> None:
         """Before a failed phase 1 is cleaned up: wait (bounded) for the failed job's other

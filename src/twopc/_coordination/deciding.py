@@ -1,7 +1,11 @@
 """The durable decision and phase 2: record the decision over a batch's committables,
 then finish it the way it was made (commit on the driver, or mark the batch done where
 its tasks committed), with bounded retries. Recovery finishes a pending decision through
-the same code, so a crash anywhere in phase 2 is finished exactly as a batch is."""
+the same code, so a crash anywhere in phase 2 is finished exactly as a batch is.
+
+A group with a last resource (Kafka ``atomic``) records a *conditional* decision first (the
+other members' work, and which member decides), then runs the last resource, whose commit
+is the decision: XA's last-resource commit, decision 41."""
 
 from __future__ import annotations
 
@@ -11,17 +15,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from twopc._contract.boundary import leaving_sink
+from twopc._contract.boundary import describe_exception, leaving_sink
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy, call_with_retries
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.publishing import Publisher
 from twopc._coordination.records import BatchState, DecidedProgress, Decision
-from twopc.errors import CommitError, ConfigurationError, TwoPCError
+from twopc._coordination.reports import TaskReport
+from twopc.errors import BatchFailedError, CommitError, ConfigurationError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
+from twopc.groups import SinkGroup
 from twopc.protocol import CommitsOnDriver, Committable, Sink
 
-__all__ = ["Decided", "Decider"]
+__all__ = ["Decided", "Decider", "LastResourceRun"]
 
 _log = logging.getLogger("twopc")
 
@@ -36,6 +42,18 @@ class Decided:
     retries: int
     log_batches: int
     """Batches the log holds for the query afterwards (pruned)."""
+    last_resource_reports: tuple[TaskReport, ...] = ()
+    """The reports of a group's last resource (it ran after the decision was recorded)."""
+
+
+@dataclass(frozen=True)
+class LastResourceRun:
+    """A group's last resource, ready to run: its member sink id, and its phase 1 (whose
+    task commits the one transaction that decides the batch), returning its reports and
+    committables."""
+
+    sink_id: str
+    run: Callable[[], tuple[list[TaskReport], list[Committable]]]
 
 
 class Decider:
@@ -77,11 +95,14 @@ class Decider:
         batch_id: int,
         committables: Sequence[Committable],
         state: BatchState,
+        *,
         progress: DecidedProgress | None = None,
+        last_resource: LastResourceRun | None = None,
     ) -> Decided:
         """Record the decision over phase 1's committables, then finish it. Without a
         decision nothing of the batch may become visible, so a failure to record it aborts
-        phase 1's work."""
+        phase 1's work. With a ``last_resource``, the record is conditional and the last
+        resource's commit decides (:meth:`_run_last_resource`)."""
         decision = Decision(
             self.sink_id,
             query_id,
@@ -89,6 +110,7 @@ class Decider:
             tuple(committables),
             path=self.path,
             progress=progress,
+            last_resource=last_resource.sink_id if last_resource else None,
         )
         try:
             self.fire(CrashPoint.BEFORE_DECISION, batch_id)
@@ -97,12 +119,95 @@ class Decider:
             if self.commit_log.decision(query_id, batch_id) is None:
                 self._abort_batch(query_id, batch_id)
             raise
+        last_reports: list[TaskReport] = []
+        if last_resource is not None:
+            self.fire(CrashPoint.BEFORE_LAST_RESOURCE, batch_id)
+            last_reports = self._run_last_resource(decision, last_resource)
+            self.fire(CrashPoint.AFTER_LAST_RESOURCE, batch_id)
         decided_at = time.monotonic()
         self.fire(CrashPoint.AFTER_DECISION, batch_id)
         retries = self.finish(decision, self.path)
         self.fire(CrashPoint.AFTER_COMMIT, batch_id)
         self._prune_log(query_id, batch_id, state.finished)
-        return Decided(decision, decided_at, retries, self._log_batches_after(state, batch_id))
+        return Decided(
+            decision,
+            decided_at,
+            retries,
+            self._log_batches_after(state, batch_id),
+            tuple(last_reports),
+        )
+
+    def _run_last_resource(self, decision: Decision, last: LastResourceRun) -> list[TaskReport]:
+        """Run the last resource, whose commit decides the batch. When its run fails, its
+        transaction may have committed anyway (a lost reply): fence it and read its marker.
+        Committed, the batch goes on as decided; not committed, the conditional decision is
+        withdrawn, every member's work aborted, and the batch fails."""
+        try:
+            reports, found = last.run()
+        except Exception as exc:
+            if self.last_resource_committed(decision):
+                _log.warning(
+                    "twopc sink=%s: batch %d: the last resource %s failed (%s), but its marker "
+                    "shows the batch committed: the batch is decided, the other members commit",
+                    self.sink_id,
+                    decision.batch_id,
+                    last.sink_id,
+                    describe_exception(exc),
+                )
+                return []
+            self.withdraw(decision)
+            raise BatchFailedError(
+                f"the group's last resource {last.sink_id} did not commit the batch, so no "
+                f"member did (their prepared work is aborted): {describe_exception(exc)}",
+                sink_id=self.sink_id,
+                batch_id=decision.batch_id,
+            ) from exc
+        _log.debug(
+            "twopc sink=%s: batch %d decided by its last resource %s (%d committable(s))",
+            self.sink_id,
+            decision.batch_id,
+            last.sink_id,
+            len(found),
+        )
+        return reports
+
+    def last_resource_committed(self, decision: Decision) -> bool:
+        """Whether the last resource of a conditional decision committed its batch, asked
+        after fencing its open transactions (so the answer cannot change later)."""
+        assert decision.last_resource is not None
+        group = self.sink
+        if not isinstance(group, SinkGroup):
+            raise ConfigurationError(
+                f"batch {decision.batch_id} of query {decision.query_id} was written by a "
+                f"SinkGroup whose last resource {decision.last_resource} decides it; recover "
+                f"it with that group, not with {type(group).__name__}",
+                sink_id=self.sink_id,
+                batch_id=decision.batch_id,
+            )
+        with leaving_sink(
+            self.sink_id,
+            decision.batch_id,
+            what=f"asking the last resource {decision.last_resource} whether it committed: ",
+        ):
+            committed = group.last_resource_committed(
+                decision.last_resource, decision.query_id, decision.batch_id
+            )
+        _log.info(
+            "twopc sink=%s: batch %d of query %s: its last resource %s %s the batch",
+            self.sink_id,
+            decision.batch_id,
+            decision.query_id,
+            decision.last_resource,
+            "committed" if committed else "did not commit (fenced: it never will)",
+        )
+        return committed
+
+    def withdraw(self, decision: Decision) -> None:
+        """A conditional decision whose last resource did not commit: remove it, then abort
+        the batch's prepared work (a crash in between leaves that work undecided, which
+        recovery aborts)."""
+        self.commit_log.withdraw_decision(decision.query_id, decision.batch_id)
+        self._abort_batch(decision.query_id, decision.batch_id)
 
     def finish_pending(self, decision: Decision) -> None:
         """Finish a batch decided before a crash, the way it was decided (whatever the

@@ -1,6 +1,10 @@
 """Phase 1 of a :class:`~twopc.SinkGroup`: each member's phase 1 on its own engine (its
 projection of the batch), one after the other, and the batch's committables taken member
-by member, so that each member's completeness is checked against what its engine ran."""
+by member, so that each member's completeness is checked against what its engine ran.
+
+A group's last resource (Kafka ``atomic``) is not part of phase 1: the coordinator runs it
+with :meth:`GroupEngine.run_last_resource` once the other members' work is recorded, since
+its commit is the group's decision."""
 
 from __future__ import annotations
 
@@ -27,22 +31,47 @@ class GroupEngine(BatchEngine):
         self.group = group
         self.engines = {name: engines[name] for name in group.members}
         self._reports: dict[str, list[TaskReport]] = {}
+        self._task: Phase1Task | None = None
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
-        """Every member's phase 1, in member order; the first failure ends it (the
-        coordinator then aborts what the members prepared)."""
+        """Every member's phase 1 but the last resource's, in member order; the first
+        failure ends it (the coordinator then aborts what the members prepared)."""
         self._reports = {}
+        self._task = task
         for name, engine in self.engines.items():
-            sink = self.group.members[name].sink
-            member_task = replace(
-                task,
-                sink=sink,
-                sink_id=member_sink_id(task.sink_id, name),
-                path=CommitPath.of(sink),
-                concurrent_attempts=engine.concurrent_attempts(),
-            )
-            self._reports[name] = engine.run_phase1(member_task)
+            if name != self.group.last_resource:
+                self._reports[name] = engine.run_phase1(self._member_task(task, name))
         return [report for reports in self._reports.values() for report in reports]
+
+    def run_last_resource(self) -> tuple[list[TaskReport], list[Committable]]:
+        """The last resource's phase 1, after :meth:`run_phase1`: its task commits its one
+        transaction, which decides the group's batch. Returns its reports and committables
+        (checked: one whole batch)."""
+        name = self.group.last_resource
+        if name is None or self._task is None:
+            raise ValueError("run_last_resource needs a group with a last resource, after phase 1")
+        task = self._member_task(self._task, name)
+        engine = self.engines[name]
+        reports = engine.run_phase1(task)
+        found = engine.committables(
+            reports,
+            sink_id=task.sink_id,
+            query_id=task.query_id,
+            batch_id=task.batch_id,
+            path=task.path,
+        )
+        return reports, found
+
+    def _member_task(self, task: Phase1Task, name: str) -> Phase1Task:
+        """The group's phase-1 task as one member runs it."""
+        sink = self.group.members[name].sink
+        return replace(
+            task,
+            sink=sink,
+            sink_id=member_sink_id(task.sink_id, name),
+            path=CommitPath.of(sink),
+            concurrent_attempts=self.engines[name].concurrent_attempts(),
+        )
 
     def committables(
         self,
@@ -57,6 +86,8 @@ class GroupEngine(BatchEngine):
         against what it ran): an error names the member's sink id and partition."""
         found: list[Committable] = []
         for name, engine in self.engines.items():
+            if name == self.group.last_resource:
+                continue  # it runs after these are recorded
             found += engine.committables(
                 self._reports.get(name, []),
                 sink_id=member_sink_id(sink_id, name),

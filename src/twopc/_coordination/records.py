@@ -14,6 +14,7 @@ from twopc.progress import SourceOffsets
 from twopc.protocol import Committable, Footprint
 
 __all__ = [
+    "CONDITIONAL_FORMAT",
     "LOG_FORMAT",
     "BatchRun",
     "BatchState",
@@ -25,7 +26,10 @@ __all__ = [
 
 LOG_FORMAT = 2
 """Format 2 records the commit path (``path``); format 1 said ``committed_in_task``."""
-_READS = (1, 2)
+CONDITIONAL_FORMAT = 3
+"""The format of a decision that holds only if a group's last resource commits
+(``last_resource``): a twopc that does not know the condition must not read it as decided."""
+_READS = (1, 2, 3)
 
 
 def checked_entry(raw: bytes, what: str) -> dict[str, Any]:
@@ -52,6 +56,13 @@ def _path_in(body: dict[str, Any]) -> CommitPath | None:
     if in_task is None:
         return None
     return CommitPath.TASK if in_task else CommitPath.DRIVER
+
+
+def _last_resource_in(body: dict[str, Any]) -> str | None:
+    """The last resource of a conditional decision (format 3 only)."""
+    if body.get("format") != CONDITIONAL_FORMAT:
+        return None
+    return str(body["last_resource"])
 
 
 @dataclass(frozen=True)
@@ -87,10 +98,15 @@ class Decision:
     progress: DecidedProgress | None = None
     """The batch's source offsets and where they are published (queries that report
     their progress)."""
+    last_resource: str | None = None
+    """For a group with a last resource (Kafka ``atomic``): the member sink id whose one
+    transaction decides. The record is written before that transaction runs and names the
+    other members' work; the batch is decided only if the last resource committed it, which
+    recovery asks the member (:meth:`~twopc.LastResource.fence_and_check`)."""
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
-            "format": LOG_FORMAT,
+            "format": LOG_FORMAT if self.last_resource is None else CONDITIONAL_FORMAT,
             "sink_id": self.sink_id,
             "query_id": self.query_id,
             "batch_id": self.batch_id,
@@ -101,6 +117,8 @@ class Decision:
             body["path"] = str(self.path)
         if self.progress is not None:
             body["progress"] = self.progress.to_json()
+        if self.last_resource is not None:
+            body["last_resource"] = self.last_resource
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @classmethod
@@ -117,6 +135,7 @@ class Decision:
                 progress=DecidedProgress.from_json(body["progress"])
                 if body.get("progress")
                 else None,
+                last_resource=_last_resource_in(body),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(

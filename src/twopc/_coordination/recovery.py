@@ -67,10 +67,13 @@ class Recovery:
         stats = RecoveryStats()
         self.commit_log.remove_temporaries()
         pending = self.commit_log.pending(on_read=counter(steps, "read", "pending decisions"))
+        withdrawn = 0
         for decision in counted(steps, pending, "finished", "decided batches"):
-            self.decider.finish_pending(decision)
-            stats.committed += len(decision.committables)
-        stats.aborted = self.abort_undecided(steps)
+            if self.finish_pending(decision):
+                stats.committed += len(decision.committables)
+            else:
+                withdrawn += len(decision.committables)
+        stats.aborted = self.abort_undecided(steps) + withdrawn
         stats.lingering = self._sweep_earlier_footprints(steps)
         stats.aborted += stats.lingering
         steps.note("sweeping leftovers that never prepared")
@@ -87,8 +90,31 @@ class Recovery:
         """Finish every batch decided but not finished, and nothing else; how many."""
         decisions = self.commit_log.pending(listing)
         for decision in decisions:
-            self.decider.finish_pending(decision)
+            self.finish_pending(decision)
         return len(decisions)
+
+    def finish_pending(self, decision: Decision) -> bool:
+        """Finish a decision a crash left unfinished; whether it committed. A conditional
+        one (a group's, with a last resource) commits only if its last resource committed
+        the batch; otherwise it is withdrawn and the batch's prepared work aborted, one by
+        one under the recovery crash points."""
+        if decision.last_resource is not None and not self.decider.last_resource_committed(
+            decision
+        ):
+            self.commit_log.withdraw_decision(decision.query_id, decision.batch_id)
+            prepared = [
+                c
+                for c in self._list_prepared()
+                if (c.query_id, c.batch_id) == (decision.query_id, decision.batch_id)
+            ]
+            self.abort(
+                prepared,
+                f"prepared for a batch its last resource {decision.last_resource} did not commit",
+                in_recovery=True,
+            )
+            return False
+        self.decider.finish_pending(decision)
+        return True
 
     def before_commit(self, listing: LogListing) -> tuple[int, list[BatchRun]]:
         """Before a batch whose tasks ran is committed: the runs earlier processes left
@@ -159,6 +185,8 @@ class Recovery:
         to_abort: list[Committable] = []
         for committable in leftovers:
             decision = decisions[(committable.query_id, committable.batch_id)]
+            if decision is not None and self._awaits_last_resource(decision):
+                continue  # decided only once its last resource is asked: recover() does
             if decision is not None and decision.contains(committable):
                 to_commit.append(committable)
             else:
@@ -169,6 +197,12 @@ class Recovery:
             self.decider.commit(self._driver, to_commit)
         self.abort(to_abort, "prepared but undecided", in_recovery=True, steps=steps)
         return len(to_abort)
+
+    def _awaits_last_resource(self, decision: Decision) -> bool:
+        """A conditional decision not resolved yet (its batch not done)."""
+        return decision.last_resource is not None and not self.commit_log.is_done(
+            decision.query_id, decision.batch_id
+        )
 
     def abort(
         self,

@@ -59,6 +59,10 @@ class Action(StrEnum):
     ABORT = "abort"
     MARK_DONE = "mark_done"
     """Only mark the batch done in the commit log: its tasks committed already."""
+    ASK_LAST_RESOURCE = "ask_last_resource"
+    """A group's batch decided only if its last resource (Kafka ``atomic``) committed it:
+    recovery fences the last resource and reads its marker, then commits every member's
+    work (it committed) or aborts it (it did not)."""
     SWEEP = "sweep"
     """Remove leftovers that never prepared."""
     FAIL = "fail"
@@ -244,7 +248,8 @@ def sink_status(
         on_read=counter(steps, "checked", "prepared transactions"),
     )
     known = _known_batches(commit_log, inspection.pending, decisions)
-    items.extend(_work_item(work, decisions, known) for work in inspection.pending)
+    asking = {(d.query_id, d.batch_id) for d in pending if d.last_resource is not None}
+    items.extend(_work_item(work, decisions, known, asking) for work in inspection.pending)
     log_found = commit_log.exists()
     others = tuple(sorted({d.sink_id for d in pending if d.sink_id != sink_id}))
     writers = tuple(
@@ -317,6 +322,12 @@ def _assess(heartbeat: Heartbeat, stale_after: float) -> tuple[bool, str]:
     return liveness.running, liveness.reason
 
 
+_ASK_WHY = (
+    "recorded before its last resource {} ran, whose commit decides the batch: recovery "
+    "fences it and reads its marker, then commits every member (it committed) or aborts "
+    "them (it did not)"
+)
+
 _PENDING = {
     CommitPath.DRIVER: (Action.COMMIT, "phase 2 did not finish"),
     CommitPath.TASK: (
@@ -327,8 +338,11 @@ _PENDING = {
 
 
 def _decision_item(decision: Decision, sink_path: CommitPath) -> StatusItem:
-    """A pending decision is finished the way it was made (its recorded path)."""
+    """A pending decision is finished the way it was made (its recorded path); a
+    conditional one as its last resource says."""
     action, why = _PENDING[decision.path or sink_path]
+    if decision.last_resource is not None:
+        action, why = Action.ASK_LAST_RESOURCE, _ASK_WHY.format(decision.last_resource)
     return StatusItem(
         kind=ItemKind.DECISION,
         ident=f"batch {decision.batch_id}",
@@ -393,7 +407,9 @@ def _work_item(
     work: PendingWork,
     decisions: dict[tuple[str, int], Decision | None],
     known: set[tuple[str, int]],
+    asking: set[tuple[str, int]],
 ) -> StatusItem:
+    """``asking``: the batches whose conditional decision waits on its last resource."""
     committable = work.committable
     unproven = False
     if committable is None:
@@ -403,7 +419,10 @@ def _work_item(
     else:
         key = (committable.query_id, committable.batch_id)
         decision = decisions[key]
-        if decision is not None and decision.contains(committable):
+        if decision is not None and key in asking and decision.contains(committable):
+            action = Action.ASK_LAST_RESOURCE
+            why = f"named by a conditional decision, {_ASK_WHY.format(decision.last_resource)}"
+        elif decision is not None and decision.contains(committable):
             action, why = Action.COMMIT, "named by the batch's decision"
         elif decision is not None:
             action, why = Action.ABORT, "an attempt the batch's decision does not name"

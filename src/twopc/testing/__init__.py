@@ -24,7 +24,8 @@ writes and ``format("twopc")`` queries; provide ``format_options(target)``, or s
 :class:`CrashChecks` (SIGKILL at every crash point, then a restart). Each test gets a fresh
 target from the ``target`` fixture, which :meth:`~SinkChecks.drop_target` removes afterwards.
 
-:class:`MemoryDriverSink` and :class:`MemoryTaskSink` are complete sinks of each role that
+:class:`MemoryDriverSink` and :class:`MemoryTaskSink` are complete sinks of each role
+(:class:`MemoryLastResource`: an in-task sink that can be a group's last resource) that
 keep their target in memory (in one process, in a store named by :func:`memory_store` and
 dropped by :func:`forget_store`), for reading and for tests of code around a sink. Minor
 releases of twopc may add checks.
@@ -37,6 +38,7 @@ from twopc.testing._entry_point_checks import EntryPointChecks
 from twopc.testing._group_checks import GroupMemberChecks
 from twopc.testing._memory import (
     MemoryDriverSink,
+    MemoryLastResource,
     MemoryPayload,
     MemoryStore,
     MemoryTaskSink,
@@ -55,6 +57,7 @@ __all__ = [
     "EntryPointChecks",
     "GroupMemberChecks",
     "MemoryDriverSink",
+    "MemoryLastResource",
     "MemoryPayload",
     "MemoryStore",
     "MemoryTaskSink",

@@ -25,6 +25,7 @@ from twopc.protocol import (
     Committable,
     Footprint,
     Inspection,
+    LastResource,
     Payload,
     PendingWork,
     RecoveryScope,
@@ -35,6 +36,7 @@ from twopc.protocol import (
 
 __all__ = [
     "MemoryDriverSink",
+    "MemoryLastResource",
     "MemoryPayload",
     "MemoryStore",
     "MemoryTaskSink",
@@ -55,12 +57,16 @@ class MemoryStore:
     committed: set[str] = field(default_factory=set)
     markers: dict[tuple[str, str, int], int] = field(default_factory=dict)
     """(sink id, query id, partition) -> newest committed batch."""
+    epochs: dict[str, int] = field(default_factory=dict)
+    """sink id -> its transactions' epoch (:class:`MemoryLastResource`): fencing bumps it,
+    and a transaction of an older epoch cannot commit."""
 
     def clear(self) -> None:
         self.visible.clear()
         self.prepared.clear()
         self.committed.clear()
         self.markers.clear()
+        self.epochs.clear()
 
 
 def memory_store(name: str) -> MemoryStore:
@@ -93,6 +99,7 @@ class MemoryTransaction:
     ctx: TaskContext
     ids: list[int] = field(default_factory=list)
     skip: bool = False
+    epoch: int = 0
 
 
 _KEYS = itertools.count()
@@ -223,3 +230,30 @@ class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction]):
                 if owner == sink_id
             )
         return Inspection(markers=markers)
+
+
+class MemoryLastResource(MemoryTaskSink, LastResource):
+    """An in-task sink that writes each batch in one task and can be a
+    :class:`~twopc.SinkGroup`'s last resource: its transactions carry an epoch, fencing
+    bumps it (like Kafka's ``init_transactions``), and a fenced transaction cannot commit."""
+
+    single_task = True
+
+    def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
+        txn = super().begin_transaction(ctx)
+        with _LOCK:
+            txn.epoch = self.store.epochs.get(ctx.sink_id, 0)
+        return txn
+
+    def commit_in_task(self, txn: MemoryTransaction) -> CommitOutcome:
+        with _LOCK:
+            if not txn.skip and self.store.epochs.get(txn.ctx.sink_id, 0) != txn.epoch:
+                raise PermanentSinkError(
+                    f"transaction of batch {txn.ctx.batch_id} fenced (epoch {txn.epoch})"
+                )
+            return super().commit_in_task(txn)
+
+    def fence_and_check(self, scope: RecoveryScope, batch_id: int) -> bool:
+        with _LOCK:
+            self.store.epochs[scope.sink_id] = self.store.epochs.get(scope.sink_id, 0) + 1
+            return self.store.markers.get((scope.sink_id, scope.query_id, 0), -1) >= batch_id
