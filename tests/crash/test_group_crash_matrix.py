@@ -1,8 +1,10 @@
 """Crash matrix of a SinkGroup (docs/groups.md): one query writing two targets with one
 decision, its driver SIGKILLed at every driver crash point of batch 1, then restarted.
 
-Groups: PostgreSQL + MariaDB (both ``two_phase``), files + PostgreSQL ``two_phase``. The
-members get different projections (the files member only ids). After the crash no target
+Groups: PostgreSQL + MariaDB (both ``two_phase``), files + PostgreSQL ``two_phase``, and
+PostgreSQL ``two_phase`` + Kafka ``atomic`` as the last resource (read back with a
+``read_committed`` consumer). The members get different projections (the files member only
+ids). After the crash no target
 holds a row twice, and no target holds a batch that the decision does not name; after the
 restart every target holds every id once, with nothing prepared or staged. The local
 engine's query runs every point in CI; the Spark query (the driver a real PySpark
@@ -40,13 +42,31 @@ GROUPS = {
         ("audit", "files", "parquet", ("id",)),
         ("orders", "postgres", "two_phase", ("id", "payload")),
     ],
+    "postgres+kafka": [
+        ("orders", "postgres", "two_phase", ("id", "payload")),
+        ("outbox", "kafka", "atomic", ("id", "key", "payload")),
+    ],
 }
-POINTS = [
-    CrashPoint.BEFORE_DECISION,
-    CrashPoint.AFTER_DECISION,
-    CrashPoint.BETWEEN_COMMITS,
-    CrashPoint.BETWEEN_MEMBERS,
-    CrashPoint.AFTER_COMMIT,
+_LAST_RESOURCE = {"postgres+kafka"}
+"""Groups with a last resource: one driver member, so no ``between_members``."""
+
+
+def _points(group: str) -> list[CrashPoint]:
+    """The driver points a batch of ``group`` passes, in protocol order."""
+    last = group in _LAST_RESOURCE
+    return [
+        p
+        for p in CrashPoint
+        if p.on_driver
+        and not p.in_recovery
+        and (p.needs_last_resource == last if p.in_group_only else True)
+    ]
+
+
+CASES = [
+    pytest.param(group, point, id=f"{group}-{point.value}")
+    for group in GROUPS
+    for point in _points(group)
 ]
 
 Group = tuple[GroupRecipe, list[Target]]
@@ -102,8 +122,13 @@ def _query_id(log: str) -> str:
     return query_id
 
 
-@pytest.mark.parametrize("group", list(GROUPS), indirect=True)
-@pytest.mark.parametrize("point", POINTS, ids=[p.value for p in POINTS])
+def test_every_group_passes_the_points_it_is_crashed_at() -> None:
+    assert CrashPoint.BETWEEN_MEMBERS in _points("postgres+mysql")
+    assert CrashPoint.AFTER_LAST_RESOURCE in _points("postgres+kafka")
+    assert CrashPoint.BETWEEN_MEMBERS not in _points("postgres+kafka")
+
+
+@pytest.mark.parametrize(("group", "point"), CASES, indirect=["group"])
 def test_local_driver_killed_at_every_point(
     group: Group, point: CrashPoint, tmp_path: Path
 ) -> None:
@@ -128,10 +153,14 @@ def _spark_case(group: str, point: CrashPoint, *, ci: bool = False) -> object:
     return pytest.param(group, point, id=f"{group}-{point.value}", marks=marks)
 
 
+_SPARK_CI = {
+    ("files+postgres", CrashPoint.BETWEEN_MEMBERS),
+    ("postgres+kafka", CrashPoint.AFTER_LAST_RESOURCE),
+}
 SPARK_CASES = [
-    _spark_case(name, point, ci=(name, point) == ("files+postgres", CrashPoint.BETWEEN_MEMBERS))
+    _spark_case(name, point, ci=(name, point) in _SPARK_CI)
     for name in GROUPS
-    for point in POINTS
+    for point in _points(name)
 ]
 
 

@@ -64,6 +64,13 @@ class GroupRecipe:
         return self
 
 
+def writes_kafka(recipe: SinkRecipe | GroupRecipe) -> bool:
+    """Whether the query writes Kafka (its input then carries the record key)."""
+    if isinstance(recipe, GroupRecipe):
+        return any(m.sink.backend == "kafka" for m in recipe.members)
+    return recipe.backend == "kafka"
+
+
 def build_group(recipe: GroupRecipe) -> twopc.SinkGroup:
     return twopc.SinkGroup(
         {

@@ -14,21 +14,22 @@ import sys
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tests.harness.group_recipe import GroupRecipe, build, recipe_of
+from tests.harness.group_recipe import GroupRecipe, build, recipe_of, writes_kafka
 from tests.harness.local_query import make_batches
 from tests.harness.sink_recipe import SinkRecipe
 from twopc.local import LocalStream, foreach_batch
 
 
 def input_batches(
-    backend: str, batches: int, partitions: int, rows: int, split: int = 0
+    kafka: bool, batches: int, partitions: int, rows: int, split: int = 0
 ) -> list[list[pa.Table]]:
-    """The input; Kafka records get the id as their key. ``split`` re-splits every batch's
-    rows into that many partitions (by id): the same rows, another partition count."""
+    """The input; for a query that writes Kafka, records get the id as their key.
+    ``split`` re-splits every batch's rows into that many partitions (by id): the same
+    rows, another partition count."""
     data = make_batches(batches, partitions, rows)
     if split and split != partitions:
         data = [_resplit(pa.concat_tables(b), split) for b in data]
-    if backend != "kafka":
+    if not kafka:
         return data
     return [[t.append_column("key", pc.cast(t["id"], pa.string())) for t in b] for b in data]
 
@@ -48,7 +49,9 @@ def run_query(
     max_attempts: int,
     split: int = 0,
 ) -> None:
-    stream = LocalStream(checkpoint, input_batches(spec.backend, batches, partitions, rows, split))
+    stream = LocalStream(
+        checkpoint, input_batches(writes_kafka(spec), batches, partitions, rows, split)
+    )
     writer = foreach_batch(
         build(spec),
         spec.sink_id,

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any
 
-from tests.harness.group_recipe import GroupRecipe, build, recipe_of
+from tests.harness.group_recipe import GroupRecipe, build, recipe_of, writes_kafka
 from tests.harness.sink_recipe import SinkRecipe
 
 STOP_AFTER_ENV = "TWOPC_CHAOS_STOP_AFTER"
@@ -93,7 +93,7 @@ def run_query(
         # hash partitioning is deterministic: a replayed batch splits the same way
         .repartition(partitions, "id")
     )
-    if spec.backend == "kafka":
+    if writes_kafka(spec):
         frame = frame.withColumn("key", F.col("id").cast("string"))
     plan = FaultPlan.parse(faults) if faults else None
 
