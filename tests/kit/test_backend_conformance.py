@@ -135,6 +135,6 @@ class TestKafkaPerPartitionConformance(_KafkaTarget, SinkConformanceSuite):
     large_rows = 50_000
 
 
-class TestKafkaAtomicConformance(_KafkaTarget, SinkConformanceSuite):
+class TestKafkaAtomicConformance(_KafkaTarget, SinkConformanceSuite, GroupMemberChecks):
     sink_factory = "tests.kit.factories:kafka_atomic_sink"
     large_rows = 50_000

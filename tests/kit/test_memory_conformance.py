@@ -61,6 +61,10 @@ class TestMemoryDriverSinkAsGroupMember(_InMemory, GroupMemberChecks):
     sink_factory = "twopc.testing:MemoryDriverSink"
 
 
+class TestMemoryLastResourceAsGroupMember(_InMemory, GroupMemberChecks):
+    sink_factory = "twopc.testing:MemoryLastResource"
+
+
 class _TaskSinkAsMember(_InMemory, GroupMemberChecks):
     sink_factory = "twopc.testing:MemoryTaskSink"
 
@@ -81,6 +85,7 @@ def test_a_sink_that_commits_in_its_tasks_fails_the_group_check(tmp_path: Path) 
     message = _group_check_failure(_TaskSinkAsMember(), tmp_path)
     assert "cannot hold prepared work past its task" in message
     assert "twopc.CommitsOnDriver" in message
+    assert "twopc.LastResource" in message
 
 
 class DotlessDriverSink(MemoryDriverSink):

@@ -1,7 +1,8 @@
 """The sink as a member of a :class:`~twopc.SinkGroup`: one decision with the in-memory
 reference sink, all or none, across a crash between the members' commits and before the
 decision. A sink that commits in its tasks cannot hold prepared work for a group's
-decision, and fails the check saying so."""
+decision, and fails the check saying so, unless it is a :class:`~twopc.LastResource`: then
+it is checked as the group's last resource, across a crash before and after its commit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from twopc._contract.paths import CommitPath
-from twopc.errors import InjectedFault
+from twopc.errors import ConfigurationError, InjectedFault
 from twopc.faults import FaultPlan
 from twopc.groups import Member, SinkGroup
 from twopc.local import LocalBatchWriter, foreach_batch
@@ -36,17 +37,28 @@ class GroupMemberChecks(SinkChecks):
         self, target: str, tmp_path: Path
     ) -> None:
         sink = self.make_sink(target)
+        last = False
         if CommitPath.of(sink) is not CommitPath.DRIVER:
-            fail(
-                _KEY,
-                f"{type(sink).__name__} cannot hold prepared work past its task: it commits "
-                "inside its tasks (twopc.CommitsInTask), before a group's decision, so "
-                "twopc.SinkGroup refuses it. Give the sink a mode that commits on the driver "
-                "(twopc.CommitsOnDriver) to let it join groups.",
-            )
+            try:
+                group = SinkGroup({"reference": MemoryDriverSink(), "subject": sink})
+                last = group.last_resource is not None
+            except ConfigurationError as refused:
+                fail(
+                    _KEY,
+                    f"{type(sink).__name__} cannot hold prepared work past its task: it "
+                    "commits inside its tasks (twopc.CommitsInTask), before a group's "
+                    "decision, so twopc.SinkGroup refuses it "
+                    f"({refused.cause_message}). Give the sink a mode that commits on the "
+                    "driver (twopc.CommitsOnDriver) to let it join groups, or, if it writes "
+                    "a batch in one transaction, the role twopc.LastResource.",
+                )
         store = f"kit-group-{uuid.uuid4().hex}"
         try:
-            _GroupRun(self, target, tmp_path, store).check()
+            run = _GroupRun(self, target, tmp_path, store)
+            if last:
+                run.check_last_resource()
+            else:
+                run.check()
         finally:
             forget_store(store)
 
@@ -103,6 +115,25 @@ class _GroupRun:
         finally:
             writer.close()
         fail(_KEY, f"the crash point {point} of batch {batch_id} did not fire")
+
+    def check_last_resource(self) -> None:
+        """The subject is the group's last resource: a crash before it ran leaves the batch
+        nowhere; a crash after it committed is finished in the reference sink."""
+        writer = self.writer()
+        writer.write(self.query, 0, self.batch(0))
+        writer.close()
+        self.both_show("after a committed batch of the group", 0)
+        self.crashed("before_last_resource", 1)
+        self.both_show("after a crash before the last resource ran", 0)
+        restarted = self.writer()
+        restarted.write(self.query, 1, self.batch(1))
+        restarted.close()
+        self.both_show("after the batch the last resource never ran was written again", 0, 1)
+        self.crashed("after_last_resource", 2)
+        again = self.writer()
+        again.write(self.query, 2, self.batch(2))  # recovery commits the reference's share
+        again.close()
+        self.both_show("after recovery finished a batch its last resource committed", 0, 1, 2)
 
     def check(self) -> None:
         writer = self.writer()
