@@ -300,10 +300,15 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("docs/design/coordinator.md", 'df.mapInArrow(phase1, "report string").collect()'): (
         "illustrates the shape of phase 1's Spark job; phase1 is internal"
     ),
-    ("docs/groups.md", "group = twopc.SinkGroup({"): (
+    ("docs/groups.md", "audit = twopc.create_sink("): (
         "needs PostgreSQL and a stream; tests/e2e/test_sink_group_spark.py runs the same "
         "shape (a SinkGroup of two projected members through foreach_batch and write_batch) "
         "on real Spark"
+    ),
+    ("docs/groups.md", "outbox = twopc.create_sink("): (
+        "needs Kafka, PostgreSQL and a stream; examples/orders_outbox.py (docs/outbox.md) "
+        "runs the same shape on real Spark, and tests/crash/test_group_crash_matrix.py "
+        "crashes it at every point"
     ),
     ("docs/plugins.md", "STORE: dict[str, object]"): "run by tests/unit/test_plugin_guide.py",
     ("docs/plugins.md", "stream = LocalStream("): "run by tests/unit/test_plugin_guide.py",
