@@ -74,6 +74,12 @@ GROUP_MODES = {
     "postgres": ("postgres+mysql", "postgres+files"),
     "mysql": ("mysql+postgres",),
 }
+KAFKA_GROUP_SHARE = 1 / 3
+"""Share of the PostgreSQL groups that take Kafka ``atomic`` as their last resource
+(``postgres+kafka``), drawn after the mode from the same stream, so the groups drawn before
+it keep their mode unless they are one of these. Their driver crash points are drawn again
+from a stream of their own (``last-resource-SEED``) among the points such a batch passes,
+``before_last_resource`` and ``after_last_resource`` included."""
 S3_SHARE = 0.3
 """Share of the runs drawn as ``files`` that write to the S3 API instead of the local disk
 (when both are allowed). Drawn from a stream of its own (``store-SEED``) after the backend,
@@ -284,6 +290,7 @@ def draw(seed: int, options: Options) -> Scenario:
     pause_at, pause_for = _pause(seed, backend, engine, batches)
     variant = _variant(seed, event, backend)
     backend, mode, event = _group(seed, backend, mode, event, options)
+    fault = _last_resource_fault(seed, mode, fault, partitions)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -346,7 +353,30 @@ def _group(
     rng = random.Random(f"group-{seed}")
     if not options.groups_only() and rng.random() >= GROUP_SHARE:
         return backend, mode, event
-    return "group", rng.choice(GROUP_MODES[backend]), "none" if event == "rename" else event
+    group_mode = rng.choice(GROUP_MODES[backend])
+    if backend == "postgres" and rng.random() < KAFKA_GROUP_SHARE:
+        group_mode = "postgres+kafka"
+    return "group", group_mode, "none" if event == "rename" else event
+
+
+def _last_resource_fault(seed: int, mode: str, fault: str | None, partitions: int) -> str | None:
+    """A ``postgres+kafka`` group's driver point, drawn again among the points its batch
+    passes (``before_last_resource`` and ``after_last_resource`` included); task points
+    and the action and filters stay."""
+    if mode != "postgres+kafka" or fault is None:
+        return fault
+    name, _, rest = fault.partition(":")
+    if not CrashPoint(name).on_driver:
+        return fault
+    points = [
+        CrashPoint.BEFORE_DECISION,
+        CrashPoint.BEFORE_LAST_RESOURCE,
+        CrashPoint.AFTER_LAST_RESOURCE,
+        CrashPoint.AFTER_DECISION,
+        *([CrashPoint.BETWEEN_COMMITS] if partitions > 1 else []),
+        CrashPoint.AFTER_COMMIT,
+    ]
+    return f"{random.Random(f'last-resource-{seed}').choice(points).value}:{rest}"
 
 
 def _store(seed: int, backend: str, combos: Sequence[tuple[str, str]]) -> str:

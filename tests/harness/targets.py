@@ -406,10 +406,12 @@ class GroupTarget(Target):
 
         members = []
         for index, (name, target) in enumerate(self.targets):
-            member_mode = "parquet" if target.backend == "files" else "two_phase"
+            member_mode = {"files": "parquet", "kafka": "atomic"}.get(target.backend, "two_phase")
             where = run_dir / name
             spec = target.prepare(f"{run_id}-{index}", member_mode, where, kafka_partitions)
-            members.append((name, spec, ()))
+            # a SQL table holds the input's columns; a Kafka member's input also has a key
+            columns = ("id", "payload") if target.backend in ("postgres", "mysql") else ()
+            members.append((name, spec, columns))
         return GroupRecipe.of(run_id, *members)
 
     def _pairs(self, spec: Any) -> list[tuple[Target, SinkRecipe]]:
