@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -40,7 +40,14 @@ from twopc._contract.values import (
     TaskContext,
 )
 from twopc.errors import ConfigurationError
-from twopc.protocol import CommitOutcome, CommitsOnDriver, LastResource, Sink
+from twopc.protocol import (
+    CommitOutcome,
+    CommitsOnDriver,
+    LastResource,
+    Sink,
+    TracksWriters,
+    WriterRecord,
+)
 
 __all__ = ["Member", "SinkGroup", "member_sink_id"]
 
@@ -71,7 +78,7 @@ class Member:
         return data if self.project is None else self.project(data)
 
 
-class SinkGroup(Sink[None], CommitsOnDriver):
+class SinkGroup(Sink[None], CommitsOnDriver, TracksWriters):
     """Sinks written by one batch with one decision (see the module docs).
 
     Args:
@@ -219,6 +226,35 @@ class SinkGroup(Sink[None], CommitsOnDriver):
             pending += seen.pending
             notes += [f"member {name!r} ({member_id}): {note}" for note in seen.notes]
         return Inspection(pending=tuple(pending), notes=tuple(notes))
+
+    # -- writers: each member that keeps a registry records the group's queries ----------
+
+    def record_writer(self, record: WriterRecord) -> None:
+        """Recorded in every member that keeps writers (SQL), under the member's sink id:
+        a second query of the group, or of the member alone, is refused there."""
+        for member_id, sink in self._registries(record.sink_id):
+            sink.record_writer(replace(record, sink_id=member_id))
+
+    def writers(self, sink_id: str) -> list[WriterRecord]:
+        found: dict[str, WriterRecord] = {}
+        for member_id, sink in self._registries(sink_id):
+            for record in sink.writers(member_id):
+                newest = found.get(record.query_id)
+                if newest is None or record.updated_at > newest.updated_at:
+                    found[record.query_id] = replace(record, sink_id=sink_id)
+        return list(found.values())
+
+    def remove_writer(self, sink_id: str, query_id: str) -> None:
+        for member_id, sink in self._registries(sink_id):
+            sink.remove_writer(member_id, query_id)
+
+    def _registries(self, group_sink_id: str) -> list[tuple[str, TracksWriters]]:
+        """(member sink id, member) of every member that keeps a registry of writers."""
+        return [
+            (member_id, sink)
+            for name, member_id in self.member_ids(group_sink_id).items()
+            if isinstance(sink := self.members[name].sink, TracksWriters)
+        ]
 
     def naming(self) -> dict[str, Any]:
         return {name: member.sink.naming() for name, member in self.members.items()}

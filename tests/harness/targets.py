@@ -194,6 +194,12 @@ class SqlTarget(Target):
         return int(rows[0][0])
 
     def cleanup(self, spec: SinkRecipe) -> None:
+        if self.backend == "postgres":
+            # a failed test may leave prepared transactions, whose locks would hold the DROP
+            from psycopg import sql
+
+            for gid in self.prepared(spec.sink_id):
+                self._query(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)).as_string())
         self._query(f"DROP TABLE IF EXISTS {self.ident(spec.table)}")
         if self._query(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = %s",

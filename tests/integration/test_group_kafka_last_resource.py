@@ -5,6 +5,10 @@ test_group_crash_matrix.py). What is read back: the table with SQL, the topic wi
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 import twopc
+import twopc.cli
 import twopc.local
 from tests.harness.backend_cases import new_target
 from tests.harness.group_recipe import GroupRecipe
@@ -143,3 +148,86 @@ def test_a_transaction_left_open_is_fenced_and_never_commits(group: Group) -> No
     with pytest.raises(KafkaException):
         zombie.commit_transaction(15)
     _shows(group, set())
+
+
+def _cli(command: str, recipe: GroupRecipe, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """``twopc <command> group`` on the group's commit log, its members in a JSON file and
+    the PostgreSQL DSN from the environment (as a secret would be); the JSON it prints."""
+    orders, outbox = recipe.members
+    members = {
+        "orders": {
+            "backend": "postgres",
+            "options": {"table": orders.sink.table, "transaction_mode": "two_phase"},
+        },
+        "outbox": {
+            "backend": "kafka",
+            "options": {
+                "bootstrap_servers": outbox.sink.address,
+                "topic": outbox.sink.table,
+                "mode": "atomic",
+                **({"transactional_id_prefix": outbox.sink.prefix} if outbox.sink.prefix else {}),
+            },
+        },
+    }
+    spec = tmp_path / "group.json"
+    spec.write_text(json.dumps({"members": members}))
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = twopc.cli.main(
+            [
+                *(command, "group", "--sink-id", recipe.sink_id),
+                *("--commit-log", str(tmp_path / "log"), "--options-json", str(spec)),
+                *("--option-env", "orders.dsn=TWOPC_TEST_GROUP_DSN", "--json", *extra),
+            ]
+        )
+    assert code == 0, output.getvalue()
+    return dict(json.loads(output.getvalue()))
+
+
+def test_status_and_recover_on_the_command_line_ask_the_last_resource(
+    group: Group, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch cut short before its Kafka transaction ran: ``twopc status group`` shows it
+    waiting on its last resource (not as a plain abort), and ``twopc recover group`` fences
+    Kafka, finds no commit, and aborts PostgreSQL's prepared work."""
+    recipe, _ = group
+    monkeypatch.setenv("TWOPC_TEST_GROUP_DSN", recipe.members[0].sink.address)
+    writer = _writer(recipe, tmp_path)
+    writer.write(QUERY, 0, _batch(0))
+    writer.close()
+    crashed = _writer(recipe, tmp_path, "before_last_resource:raise@batch=1")
+    with pytest.raises(twopc.InjectedFault):
+        crashed.write(QUERY, 1, _batch(1))
+    crashed.close()
+    status = _cli("status", recipe, tmp_path)
+    actions = {(i["kind"], i["action"]) for i in status["in_doubt"]}
+    assert actions == {("decision", "ask_last_resource"), ("prepared", "ask_last_resource")}
+    assert status["backend"] == "group"
+    _cli("recover", recipe, tmp_path)
+    _shows(group, _expected(0))
+    assert twopc.CommitLog(str(tmp_path / "log")).decision(QUERY, 1) is None
+    assert _writer(recipe, tmp_path).write(QUERY, 1, _batch(1)).status == "committed"
+    _shows(group, _expected(0, 1))
+
+
+def test_a_second_query_of_the_group_is_refused_by_the_tables_writer_registry(
+    group: Group, tmp_path: Path
+) -> None:
+    """Another query (on another host) writes the group's sink id, with its own checkpoint
+    and commit log: only the PostgreSQL member's writer registry shows it, and the group
+    reads it there, so this query is refused and writes nothing to any target."""
+    recipe, _ = group
+    writer = _writer(recipe, tmp_path)
+    registry = writer.sink
+    assert isinstance(registry, twopc.SinkGroup)
+    elsewhere = twopc.WriterRecord(recipe.sink_id, "q-elsewhere", "other-host", 4242, time.time())
+    registry.record_writer(elsewhere)
+    assert [(r.sink_id, r.query_id) for r in registry.writers(recipe.sink_id)] == [
+        (recipe.sink_id, "q-elsewhere")
+    ]
+    with pytest.raises(twopc.TwoPCError, match="another query writes sink id"):
+        writer.write(QUERY, 0, _batch(0))
+    _shows(group, set())
+    registry.remove_writer(recipe.sink_id, "q-elsewhere")
+    assert writer.write(QUERY, 0, _batch(0)).status == "committed"
+    _shows(group, _expected(0))

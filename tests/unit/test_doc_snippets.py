@@ -305,10 +305,19 @@ SKIPPED: dict[tuple[str, str], str] = {
         "shape (a SinkGroup of two projected members through foreach_batch and write_batch) "
         "on real Spark"
     ),
+    ("docs/groups.md", "twopc status group --sink-id orders-outbox"): (
+        "needs PostgreSQL and Kafka; tests/integration/test_group_kafka_last_resource.py "
+        "runs the same commands (members from --options-json, the DSN from --option-env)"
+    ),
     ("docs/groups.md", "outbox = twopc.create_sink("): (
         "needs Kafka, PostgreSQL and a stream; examples/orders_outbox.py (docs/outbox.md) "
         "runs the same shape on real Spark, and tests/crash/test_group_crash_matrix.py "
         "crashes it at every point"
+    ),
+    ("docs/outbox.md", "group = twopc.SinkGroup("): (
+        "the group of examples/orders_outbox.py (PostgreSQL, Kafka and Spark's Kafka source); "
+        "tests/e2e/test_orders_outbox_example.py runs the example and checks that the page "
+        "shows its code"
     ),
     ("docs/plugins.md", "STORE: dict[str, object]"): "run by tests/unit/test_plugin_guide.py",
     ("docs/plugins.md", "stream = LocalStream("): "run by tests/unit/test_plugin_guide.py",
@@ -350,6 +359,14 @@ SKIPPED: dict[tuple[str, str], str] = {
     ),
     ("docs/kafka-to-kafka.md", "examples/kafka_access_log_counts.py --bootstrap"): (
         "needs Spark's Kafka source from Maven; tests/e2e/test_kafka_spark.py runs the example"
+    ),
+    ("docs/outbox.md", "examples/orders_outbox.py --produce 1000"): (
+        "starts services and runs Spark with its Kafka source from Maven; "
+        "tests/e2e/test_orders_outbox_example.py runs the example"
+    ),
+    ("docs/outbox.md", 'TWOPC_FAULTS="after_last_resource:kill@batch=1"'): (
+        "SIGKILLs a Spark driver; tests/e2e/test_orders_outbox_example.py runs the example "
+        "through that crash and the restart"
     ),
     ("docs/kafka-to-kafka.md", "kafka-consumer-groups.sh --bootstrap-server broker:9092"): (
         "the broker's tool; tests/harness/kafka_topics.py runs it through "

@@ -23,6 +23,7 @@ from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.liveness import DEFAULT_STALE_AFTER
 from twopc._coordination.steps import steps_on
 from twopc._engines.writer import resolve_commit_log, validate_sink_id
+from twopc._operations.group_options import GROUP_BACKEND, group_from_options
 from twopc._operations.recover import RecoveryReport, recover_sink
 from twopc._operations.status import (
     ProgressResolver,
@@ -93,7 +94,11 @@ def add_ops_commands(commands: Any) -> None:
 
 
 def _sink_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("backend", help="backend name, as in `twopc plugins`")
+    parser.add_argument(
+        "backend",
+        help="backend name, as in `twopc plugins`; `group` for a SinkGroup (its members in "
+        "--options-json, see docs/groups.md)",
+    )
     parser.add_argument("--sink-id", required=True, help="the sink id the query uses")
     parser.add_argument(
         "--option",
@@ -207,8 +212,11 @@ def _open(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any],
         raise UsageError(str(exc)) from None
     try:
         # --option and --option-env give strings: typed as format("twopc") types them
-        factory = registry().spec(args.backend).load()
-        sink = create_sink(args.backend, **typed_options(args.backend, factory, options))
+        if args.backend == GROUP_BACKEND:
+            sink: Sink[Any] = group_from_options(options)
+        else:
+            factory = registry().spec(args.backend).load()
+            sink = create_sink(args.backend, **typed_options(args.backend, factory, options))
     except TypeError as exc:
         raise UsageError(
             f"the {args.backend} backend does not accept these options: {exc}"
