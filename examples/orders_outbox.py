@@ -451,6 +451,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
         return 2
     finally:
         writer.close()
+    return verdict(args)
+
+
+def verdict(args: argparse.Namespace) -> int:
+    """Read both targets back and print the verdict; the exit code says whether it holds."""
     return report(
         verify(
             bootstrap=args.bootstrap,
@@ -473,15 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sent {len(ids)} orders{sent} to {args.input}")
         return 0
     if args.verify:
-        return report(
-            verify(
-                bootstrap=args.bootstrap,
-                dsn=args.dsn,
-                input_topic=args.input,
-                outbox=args.outbox,
-                table=args.table,
-            )
-        )
+        return verdict(args)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

@@ -153,7 +153,8 @@ def _spark_case(group: str, point: CrashPoint, *, ci: bool = False) -> object:
     return pytest.param(group, point, id=f"{group}-{point.value}", marks=marks)
 
 
-_SPARK_CI = {
+_SPARK_CI = {  # a representative point per group
+    ("postgres+mysql", CrashPoint.AFTER_DECISION),
     ("files+postgres", CrashPoint.BETWEEN_MEMBERS),
     ("postgres+kafka", CrashPoint.AFTER_LAST_RESOURCE),
 }

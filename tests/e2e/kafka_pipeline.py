@@ -19,7 +19,7 @@ from typing import Any
 
 from examples.kafka_access_log_counts import print_metrics, start_query
 
-from tests.harness.spark_kafka_job import build_session, candidates
+from tests.harness.spark_kafka_job import kafka_source_session
 
 
 def main() -> int:
@@ -54,15 +54,10 @@ def main() -> int:
             transaction_mode="two_phase",
         )
 
-    errors = []
-    for packages, excludes, extra in candidates():
-        try:
-            spark = build_session(packages, excludes, extra)
-            break
-        except Exception as exc:  # the JVM exits when ivy cannot resolve the packages
-            errors.append(f"{packages}: {type(exc).__name__}: {exc}")
-    else:
-        print("no Spark Kafka source package:\n" + "\n".join(errors), file=sys.stderr)
+    try:
+        spark = kafka_source_session()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
         return 3
     spark.sparkContext.setLogLevel("ERROR")
     try:

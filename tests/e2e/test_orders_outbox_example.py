@@ -47,18 +47,13 @@ CHILD = (
 def run_example(argv: list[str]) -> int:
     """The example's ``run`` (query, then verdict) in this process, on a session with
     Spark's Kafka source as ``tests/harness/spark_kafka_job.py`` resolves it."""
-    from tests.harness.spark_kafka_job import build_session, candidates
+    from tests.harness.spark_kafka_job import kafka_source_session
 
     args = example.parse_args(argv)
-    errors = []
-    for packages, excludes, extra in candidates():
-        try:
-            spark = build_session(packages, excludes, extra)
-            break
-        except Exception as exc:  # the JVM exits when ivy cannot resolve the packages
-            errors.append(f"{packages}: {type(exc).__name__}: {exc}")
-    else:
-        print("no Spark Kafka source package:\n" + "\n".join(errors), file=sys.stderr)
+    try:
+        spark = kafka_source_session()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
         return 3
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -191,6 +186,7 @@ def test_the_docs_page_shows_the_examples_group() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI: the same group killed on Spark in test_group_crash_matrix.py
 def test_a_run_writes_every_order_once_to_the_table_and_the_outbox(
     outbox: Outbox, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -138,6 +138,29 @@ def run(spark: SparkSession, bootstrap: str, topic: str, checkpoint: str) -> dic
     return {"count": row["n"], "distinct": row["d"], "min": row["lo"], "max": row["hi"]}
 
 
+def remember(packages: str, excludes: str, extra: str) -> None:
+    """Record the candidate that started, so the next process tries it first."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / f"spark-kafka-packages-{pyspark.__version__}.txt").write_text(
+        f"{packages}|{excludes}|{extra}\n"
+    )
+
+
+def kafka_source_session() -> SparkSession:
+    """A session with Spark's Kafka source: the first candidate that starts (remembered);
+    ``RuntimeError`` naming each candidate's failure when none does."""
+    errors = []
+    for packages, excludes, extra in candidates():
+        try:
+            spark = build_session(packages, excludes, extra)
+        except Exception as exc:  # the JVM exits when ivy cannot resolve the packages
+            errors.append(f"{packages}: {type(exc).__name__}: {exc}")
+            continue
+        remember(packages, excludes, extra)
+        return spark
+    raise RuntimeError("no Spark Kafka source package:\n" + "\n".join(errors))
+
+
 def main() -> int:
     bootstrap, topic, checkpoint = sys.argv[1:4]
     errors = []
@@ -152,10 +175,7 @@ def main() -> int:
             result = run(spark, bootstrap, topic, checkpoint)
         finally:
             spark.stop()
-        CACHE.mkdir(parents=True, exist_ok=True)
-        (CACHE / f"spark-kafka-packages-{pyspark.__version__}.txt").write_text(
-            f"{packages}|{excludes}|{extra}\n"
-        )
+        remember(packages, excludes, extra)
         result_out = {**result, "package": packages, "extra_jars": extra}
         print(json.dumps(result_out), flush=True)
         return 0

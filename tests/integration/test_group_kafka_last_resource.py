@@ -231,3 +231,19 @@ def test_a_second_query_of_the_group_is_refused_by_the_tables_writer_registry(
     registry.remove_writer(recipe.sink_id, "q-elsewhere")
     assert writer.write(QUERY, 0, _batch(0)).status == "committed"
     _shows(group, _expected(0))
+
+
+def test_a_row_postgres_rejects_never_reaches_kafka(group: Group, tmp_path: Path) -> None:
+    """A payload longer than the table's VARCHAR(40): PostgreSQL's phase 1 fails, so the
+    Kafka transaction never runs; the error names the member, batch, partition and cause."""
+    recipe, _ = group
+    writer = _writer(recipe, tmp_path)
+    bad = _batch(0)
+    bad[1] = bad[1].set_column(1, "payload", pa.array(["x" * 100] * ROWS))
+    with pytest.raises(twopc.BatchFailedError) as failed:
+        writer.write(QUERY, 0, bad)
+    error = failed.value
+    assert (error.sink_id, error.batch_id, error.partition) == (f"{recipe.sink_id}.orders", 0, 1)
+    _shows(group, set())
+    assert writer.write(QUERY, 0, _batch(0)).status == "committed"
+    _shows(group, _expected(0))
