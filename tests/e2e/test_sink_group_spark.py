@@ -4,6 +4,7 @@ with one decision, read back with Spark. The crash matrix of groups is in tests/
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,49 @@ def test_a_batch_write_of_a_group_is_written_once(spark: Any, tmp_path: Path) ->
     found = _read(spark, tmp_path / "out")
     assert_exactly_once(found["orders"][0], expected)
     assert_exactly_once(found["audit"][0], expected)
+
+
+@pytest.mark.integration
+def test_a_batch_write_of_a_table_and_a_kafka_last_resource(
+    spark: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``write_batch`` of PostgreSQL ``two_phase`` + Kafka ``atomic`` (the last resource):
+    each target read back (SQL, a ``read_committed`` consumer) holds every id once, and the
+    write again with the same write id writes nothing."""
+    from pyspark.sql import functions as F
+
+    from tests.harness.backend_cases import new_target
+    from tests.harness.sink_recipe import build_sink
+
+    table, table_spec = new_target(request, "postgres", "two_phase", tmp_path / "t", "gk")
+    topic, topic_spec = new_target(request, "kafka", "atomic", tmp_path / "k", "gk")
+    try:
+        expected = write_orders(tmp_path / "in", batches=1, rows_per_batch=50)
+        df = spark.read.json(str(tmp_path / "in")).repartition(2)
+        group = twopc.SinkGroup(
+            {
+                "events": twopc.Member(
+                    build_sink(topic_spec),
+                    project=lambda d: d.select(
+                        "id", "amount", F.col("id").cast("string").alias("key")
+                    ),
+                ),
+                "orders": twopc.Member(
+                    build_sink(table_spec),
+                    project=lambda d: d.selectExpr("id", "customer AS payload"),
+                ),
+            }
+        )
+        log = str(tmp_path / "log")
+        sink_id = table_spec.sink_id
+        first = twopc.write_batch(df, group, sink_id, write_id="run-1", commit_log=log)
+        again = twopc.write_batch(df, group, sink_id, write_id="run-1", commit_log=log)
+        assert (first.status, again.status) == ("committed", "skipped")
+        member_ids = {"events": f"{sink_id}.events", "orders": f"{sink_id}.orders"}
+        for target, spec, name in ((table, table_spec, "orders"), (topic, topic_spec, "events")):
+            renamed = dataclasses.replace(spec, sink_id=member_ids[name])
+            assert_exactly_once(target.committed(renamed), expected)
+            assert target.leftovers(renamed) == []
+    finally:
+        table.cleanup(table_spec)
+        topic.cleanup(topic_spec)
