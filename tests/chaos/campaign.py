@@ -22,13 +22,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.chaos.runner import Runner, RunResult
-from tests.chaos.scenario import MODES, TARGETS, NoScenario, Options, Scenario, draw
+from tests.chaos.scenario import (
+    ALL_GROUP_MODES,
+    MODES,
+    TARGETS,
+    NoScenario,
+    Options,
+    Scenario,
+    draw,
+)
 from tests.harness.processes import REPO
 from tests.harness.services import Services
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     backends = [*MODES, *(f"{b}:{m}" for b, modes in MODES.items() for m in modes), "group"]
+    backends += [f"group:{m}" for m in ALL_GROUP_MODES]
     parser = argparse.ArgumentParser(
         prog="scripts/chaos", description="Randomized crash campaign over every backend."
     )

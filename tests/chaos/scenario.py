@@ -74,6 +74,7 @@ GROUP_MODES = {
     "postgres": ("postgres+mysql", "postgres+files"),
     "mysql": ("mysql+postgres",),
 }
+ALL_GROUP_MODES = ("postgres+mysql", "postgres+files", "postgres+kafka", "mysql+postgres")
 KAFKA_GROUP_SHARE = 1 / 3
 """Share of the PostgreSQL groups that take Kafka ``atomic`` as their last resource
 (``postgres+kafka``), drawn after the mode from the same stream, so the groups drawn before
@@ -130,8 +131,9 @@ PAUSE_SECONDS = (1.0, 8.0)
 
 @dataclass(frozen=True)
 class Options:
-    """What narrows the draw: the backends (``kafka`` or ``kafka:atomic``), the kill
-    targets and the share of runs on real Spark."""
+    """What narrows the draw: the backends (``kafka`` or ``kafka:atomic``; ``group``, or
+    ``group:postgres+kafka`` for groups of those members only), the kill targets and the
+    share of runs on real Spark."""
 
     backends: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
@@ -141,17 +143,23 @@ class Options:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
         if not self.backends:
             return every
-        backends = [b for b in self.backends if b != "group"]
+        backends = [b for b in self.backends if not b.startswith("group")]
         if self.groups_only():
-            backends = ["postgres:two_phase", "mysql:two_phase"]  # the groups' first members
+            # the groups' first members
+            firsts = {m.split("+")[0] for m in self.group_modes() or ALL_GROUP_MODES}
+            backends = [f"{b}:two_phase" for b in sorted(firsts)]
         wanted = {f if ":" in f else f"{f}:{m}" for f in backends for m in MODES[f.split(":")[0]]}
         return [(b, m) for b, m in every if f"{b}:{m}" in wanted]
 
     def groups_only(self) -> bool:
-        return self.backends == ("group",)
+        return bool(self.backends) and all(b.startswith("group") for b in self.backends)
 
     def groups_allowed(self) -> bool:
-        return not self.backends or "group" in self.backends
+        return not self.backends or any(b.startswith("group") for b in self.backends)
+
+    def group_modes(self) -> tuple[str, ...]:
+        """The group modes ``group:<mode>`` names; ``()`` for any."""
+        return tuple(b.partition(":")[2] for b in self.backends if b.startswith("group:"))
 
     def repro_flags(self) -> list[str]:
         """The command-line flags that reproduce this draw (with ``--seed``)."""
@@ -356,6 +364,8 @@ def _group(
     group_mode = rng.choice(GROUP_MODES[backend])
     if backend == "postgres" and rng.random() < KAFKA_GROUP_SHARE:
         group_mode = "postgres+kafka"
+    if options.group_modes() and group_mode not in options.group_modes():
+        group_mode = rng.choice([m for m in options.group_modes() if m.startswith(backend)])
     return "group", group_mode, "none" if event == "rename" else event
 
 

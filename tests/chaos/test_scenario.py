@@ -8,7 +8,14 @@ from dataclasses import replace
 import pytest
 
 from tests.chaos.campaign import repro
-from tests.chaos.scenario import GROUP_MODES, MODES, SPECULATIVE_MASTER, NoScenario, Options, draw
+from tests.chaos.scenario import (
+    ALL_GROUP_MODES,
+    MODES,
+    SPECULATIVE_MASTER,
+    NoScenario,
+    Options,
+    draw,
+)
 from twopc.faults import FaultPlan
 
 pytestmark = pytest.mark.unit
@@ -34,7 +41,7 @@ def test_every_fault_parses_and_names_a_batch_of_the_run() -> None:
 
 def test_the_mix_covers_every_backend_mode_and_target() -> None:
     scenarios = [draw(seed, Options(spark_share=0.05)) for seed in range(3000)]
-    groups = {("group", m) for modes in GROUP_MODES.values() for m in modes}
+    groups = {("group", m) for m in ALL_GROUP_MODES}
     assert {(s.backend, s.mode) for s in scenarios} == {
         (b, m) for b, modes in MODES.items() for m in modes
     } | groups
@@ -136,3 +143,19 @@ def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_see
     only = [draw(seed, Options(backends=("group",))) for seed in range(200)]
     assert {s.backend for s in only} == {"group"}
     assert all(s.event != "rename" for s in only)
+
+
+def test_group_modes_narrow_the_draw_and_kafka_groups_reach_the_last_resource_points() -> None:
+    options = Options(backends=("group:postgres+kafka",), targets=("driver",), spark_share=1.0)
+    scenarios = [draw(seed, options) for seed in range(300)]
+    assert {(s.backend, s.mode) for s in scenarios} == {("group", "postgres+kafka")}
+    points = {s.fault.split(":")[0] for s in scenarios if s.fault}
+    assert {"before_last_resource", "after_last_resource"} <= points
+    assert "between_members" not in points  # one driver member: never fires
+    mixed = [draw(seed, Options(backends=("group",))) for seed in range(300)]
+    assert {s.mode for s in mixed} == {
+        "postgres+mysql",
+        "postgres+files",
+        "postgres+kafka",
+        "mysql+postgres",
+    }
