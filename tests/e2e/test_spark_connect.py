@@ -6,6 +6,8 @@ in its own process; the checks read the target."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +133,64 @@ def test_a_checkpoint_location_of_another_query_is_refused(
     assert "is not the checkpoint of the query" in second.stderr, second.stderr[-3000:]
     assert target.committed(spec) == before
     assert_target_exactly_once(target, spec, expected)
+
+
+@pytest.fixture
+def kafka_group(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """PostgreSQL ``two_phase`` + Kafka ``atomic`` (the last resource), as one target."""
+    from tests.harness.targets import GroupTarget
+
+    env = {
+        "POSTGRES_DSN": request.getfixturevalue("postgres_dsn"),
+        "KAFKA_BOOTSTRAP_SERVERS": request.getfixturevalue("kafka_bootstrap"),
+    }
+    target = GroupTarget(env, "postgres+kafka")
+    recipe = target.prepare(f"scg-{uuid.uuid4().hex[:8]}", "postgres+kafka", tmp_path, 2)
+    yield target, recipe
+    target.cleanup(recipe)
+
+
+@pytest.mark.extended
+def test_a_group_with_a_last_resource_from_a_connect_client_survives_the_server_killed(
+    kafka_group: Any, connect: Any, tmp_path: Path
+) -> None:
+    """A SinkGroup over Spark Connect: the server SIGKILLed after batch 1's Kafka decision
+    (the table not yet committed), restarted; the rerun finishes the table from the Kafka
+    marker, and both targets hold every id once."""
+    import subprocess
+
+    from tests.harness.entry_runs import _env
+
+    target, recipe = kafka_group
+    source, checkpoint = tmp_path / "in", tmp_path / "chk"
+    batches = [add_input(source, i) for i in range(3)]
+    expected = set().union(*batches)
+    client = subprocess.Popen(
+        command(
+            "foreach",
+            recipe,
+            source,
+            checkpoint,
+            remote=connect.url,
+            faults="after_last_resource:sleep=300@batch=1",
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+    )
+    try:
+        wait_for_decided([tmp_path], 1)  # the conditional decision; Kafka then commits
+        kafka = target.targets[1][1]
+        deadline = time.monotonic() + 60
+        while not batches[1] & set(kafka.committed(recipe.members[1].sink)):
+            assert time.monotonic() < deadline, "Kafka never committed batch 1"
+            time.sleep(0.5)
+        connect.restart()
+    finally:
+        client.kill()
+        client.wait()
+    table = target.targets[0][1]
+    assert not batches[1] & set(table.committed(recipe.members[0].sink))
+    rerun = run(command("foreach", recipe, source, checkpoint, remote=connect.url))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert_target_exactly_once(target, recipe, expected)

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import twopc
+from tests.harness.group_recipe import GroupRecipe, build, recipe_of, writes_kafka
 from tests.harness.sink_recipe import SinkRecipe, build_sink
 
 SCHEMA = "id long, payload string"
@@ -70,10 +71,10 @@ def session(remote: str | None, master: str = "local[2]") -> Any:
     return spark
 
 
-def with_key(frame: Any, spec: SinkRecipe) -> Any:
+def with_key(frame: Any, spec: SinkRecipe | GroupRecipe) -> Any:
     from pyspark.sql import functions as F
 
-    if spec.backend == "kafka":
+    if writes_kafka(spec):
         return frame.withColumn("key", F.col("id").cast("string"))
     return frame
 
@@ -111,9 +112,15 @@ def main() -> None:
         "--checkpoint-location", default=None, help="foreach_batch's (default: --checkpoint)"
     )
     args = parser.parse_args()
-    spec = SinkRecipe.loads(args.spec)
+    recipe = recipe_of(args.spec)  # a group's (foreach only) or one sink's
     spark = session(args.remote, args.master)
-    commit_log = spec.commit_log(args.checkpoint)
+    if isinstance(recipe, GroupRecipe):
+        if args.entry != "foreach":
+            raise SystemExit(f"a group runs with --entry foreach here, not {args.entry}")
+        commit_log: str | None = recipe.commit_log(args.checkpoint)
+    else:
+        spec = recipe
+        commit_log = spec.commit_log(args.checkpoint)
 
     if args.entry in ("batch", "batch-format"):
         frame = with_key(spark.read.schema(SCHEMA).json(args.source), spec)
@@ -146,14 +153,14 @@ def main() -> None:
         .json(args.source)
         .repartition(args.partitions, "id")
     )
-    frame = slowed(with_key(frame, spec), args.slow_ids, args.slow_ms)
+    frame = slowed(with_key(frame, recipe), args.slow_ids, args.slow_ms)
     stream = frame.writeStream.option("checkpointLocation", args.checkpoint).trigger(
         availableNow=True
     )
     if args.entry == "foreach":
         writer = twopc.foreach_batch(
-            build_sink(spec),
-            sink_id=spec.sink_id,
+            build(recipe),
+            sink_id=recipe.sink_id,
             commit_log=commit_log,
             checkpoint_location=args.checkpoint_location or args.checkpoint,
             faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
