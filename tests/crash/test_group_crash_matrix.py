@@ -17,6 +17,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,3 +187,69 @@ def test_spark_driver_killed_at_every_point(
         crashed_batch=crashed,
         timeout=300,
     )
+
+
+RECOVERY_SEQUENCES = [
+    # a decided batch, then recovery killed between its commits, then before them
+    (
+        "postgres+mysql",
+        "commit",
+        ["after_decision", "recovery_between_commits", "recovery_before_commit"],
+    ),
+    # Kafka committed (the decision), then recovery killed before and between its commits
+    (
+        "postgres+kafka",
+        "commit",
+        ["after_last_resource", "recovery_before_commit", "recovery_between_commits"],
+    ),
+    # recorded, Kafka never ran: recovery fences it and aborts; killed between the aborts
+    ("postgres+kafka", "abort", ["before_last_resource", "recovery_between_aborts"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("group", "points"),
+    [
+        pytest.param(
+            group,
+            points,
+            id=f"{group}-{kind}",
+            marks=[pytest.mark.extended] if group in _LAST_RESOURCE else [],
+        )
+        for group, kind, points in RECOVERY_SEQUENCES
+    ],
+    indirect=["group"],
+)
+def test_local_recovery_of_a_group_killed_again(
+    group: Group, points: list[str], tmp_path: Path
+) -> None:
+    """The driver killed at a point of batch 1, then each restart killed inside the
+    recovery of that batch, then a clean restart: no target ever shows an id twice or a
+    batch the decision does not hold, and at the end every target holds every id once."""
+    recipe, _ = group
+    checkpoint = str(tmp_path / "chk")
+    args = ["-m", "tests.harness.recipe_local_query", recipe.dumps(), checkpoint]
+    args += [str(BATCHES), str(PARTITIONS), str(ROWS), "1"]
+    crashed_batch = {i for i in EXPECTED if i // 1000 == CRASH_BATCH}
+    for point in points:
+        crashed = run_process(args, faults=f"{point}:kill@batch={CRASH_BATCH}", timeout=180)
+        assert crashed.returncode == -signal.SIGKILL, (point, crashed.stderr[-3000:])
+        shown = []
+        for target, member in _pairs(group):
+            seen = target.committed(member.sink)
+            assert max(seen.values(), default=1) == 1, f"{member.name}: duplicates at {point}"
+            shown.append(set(seen) & crashed_batch)
+        if "abort" in point or point == "before_last_resource":
+            assert shown == [set()] * len(shown), f"a member shows an undecided batch: {point}"
+    finished = run_process(args, timeout=180)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    for target, member in _pairs(group):
+        seen = target.committed(member.sink)
+        assert sorted(i for i, n in seen.items() if n > 1) == [], member.name
+        assert set(seen) == EXPECTED, member.name
+        assert target.leftovers(member.sink) == [], member.name
+
+
+def _pairs(group: Group) -> list[tuple[Target, Any]]:
+    recipe, targets = group
+    return list(zip(targets, recipe.members, strict=True))
