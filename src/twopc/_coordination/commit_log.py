@@ -372,24 +372,22 @@ class CommitLog:
                 on_read(done, len(undone))
         return found
 
-    def withdraw_decision(self, query_id: str, batch_id: int) -> None:
+    def withdraw_decision(self, decision: Decision) -> None:
         """Remove the conditional decision of a batch whose last resource did not commit
         (fenced first, so it never will): the batch is undecided again and its replay
         records a decision of its own. Only conditional decisions are ever withdrawn."""
-        decision = self.decision(query_id, batch_id)
-        if decision is None:
-            return
         if decision.last_resource is None:
             raise ConfigurationError(
-                f"batch {batch_id} of query {query_id} has an unconditional decision; "
-                "it cannot be withdrawn",
+                f"batch {decision.batch_id} of query {decision.query_id} has an "
+                "unconditional decision; it cannot be withdrawn",
                 sink_id=decision.sink_id,
-                batch_id=batch_id,
+                batch_id=decision.batch_id,
             )
+        path = self._path(decision.query_id, decision.batch_id, _DECISION_SUFFIX)
         with contextlib.suppress(FileNotFoundError):
-            self._fs.rm_file(self._path(query_id, batch_id, _DECISION_SUFFIX))
+            self._fs.rm_file(path)
         if is_local(self._fs):
-            fsync_directory(os.path.dirname(self._path(query_id, batch_id, _DECISION_SUFFIX)))
+            fsync_directory(os.path.dirname(path))
 
     def forget(self, query_id: str, batch_ids: Sequence[int]) -> None:
         """Delete entries of finished batches (log retention)."""

@@ -175,8 +175,9 @@ class Coordinator:
             when=When.BEFORE_TASKS,
         )
         state = admitted.state
-        base = self._skipped_metrics(query_id, batch_id, recovery, recovered_at - started)
-        base = replace(base, commit_log_batches=len(state.decided))
+        base = self._skipped_metrics(
+            query_id, batch_id, recovery, recovered_at - started, len(state.decided)
+        )
         if admitted.replay is not None:
             _log.info(
                 "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
@@ -220,9 +221,15 @@ class Coordinator:
         return finished(metrics_with_progress(metrics, published), started)
 
     def _skipped_metrics(
-        self, query_id: str, batch_id: int, recovery: RecoveryStats, recover_seconds: float
+        self,
+        query_id: str,
+        batch_id: int,
+        recovery: RecoveryStats,
+        recover_seconds: float,
+        log_batches: int,
     ) -> BatchMetrics:
-        """A batch's metrics before it writes anything (what its recovery did)."""
+        """A batch's metrics before it writes anything (what its recovery did, and how many
+        batches the commit log holds for the query)."""
         return BatchMetrics(
             self.sink_id,
             query_id,
@@ -234,6 +241,7 @@ class Coordinator:
             recovered_aborted=recovery.aborted,
             swept=recovery.swept,
             lingering_aborted=recovery.lingering,
+            commit_log_batches=log_batches,
         )
 
     def _phase1(

@@ -206,7 +206,7 @@ class Decider:
         """A conditional decision whose last resource did not commit: remove it, then abort
         the batch's prepared work (a crash in between leaves that work undecided, which
         recovery aborts)."""
-        self.commit_log.withdraw_decision(decision.query_id, decision.batch_id)
+        self.commit_log.withdraw_decision(decision)
         self._abort_batch(decision.query_id, decision.batch_id)
 
     def finish_pending(self, decision: Decision) -> None:

@@ -101,14 +101,9 @@ class Recovery:
         if decision.last_resource is not None and not self.decider.last_resource_committed(
             decision
         ):
-            self.commit_log.withdraw_decision(decision.query_id, decision.batch_id)
-            prepared = [
-                c
-                for c in self._list_prepared()
-                if (c.query_id, c.batch_id) == (decision.query_id, decision.batch_id)
-            ]
+            self.commit_log.withdraw_decision(decision)
             self.abort(
-                prepared,
+                self._prepared_of(decision.query_id, decision.batch_id),
                 f"prepared for a batch its last resource {decision.last_resource} did not commit",
                 in_recovery=True,
             )
@@ -166,6 +161,12 @@ class Recovery:
         with leaving_sink(self.sink_id, what="listing prepared work failed: "):
             return self._driver.recover(self.sink_id)
 
+    def _prepared_of(self, query_id: str, batch_id: int) -> list[Committable]:
+        """The prepared work of one batch."""
+        return [
+            c for c in self._list_prepared() if (c.query_id, c.batch_id) == (query_id, batch_id)
+        ]
+
     def clear_before_tasks(self) -> None:
         """Where a batch's tasks are planned: abort the undecided prepared work earlier runs
         left and sweep what never prepared, so the tasks meet none of it."""
@@ -181,12 +182,15 @@ class Recovery:
         leftovers = self._list_prepared()
         checked = counter(steps, "checked", "prepared transactions")
         decisions = self.commit_log.decisions_for(leftovers, on_read=checked)
+        # decided only once its last resource is asked (recover() does): left alone here
+        waiting = {key for key, d in decisions.items() if d and self._awaits_last_resource(d)}
         to_commit: list[Committable] = []
         to_abort: list[Committable] = []
         for committable in leftovers:
-            decision = decisions[(committable.query_id, committable.batch_id)]
-            if decision is not None and self._awaits_last_resource(decision):
-                continue  # decided only once its last resource is asked: recover() does
+            key = (committable.query_id, committable.batch_id)
+            if key in waiting:
+                continue
+            decision = decisions[key]
             if decision is not None and decision.contains(committable):
                 to_commit.append(committable)
             else:
@@ -254,10 +258,7 @@ class Recovery:
         this batch: pending decisions of other batches are the next recovery's. Logged,
         never raised: the batch's own error is the one to report."""
         try:
-            prepared = [
-                c for c in self._list_prepared() if (c.query_id, c.batch_id) == (query_id, batch_id)
-            ]
-            self.abort(prepared, "prepared work of the failed batch")
+            self.abort(self._prepared_of(query_id, batch_id), "prepared work of the failed batch")
             self.sweep()
         except Exception:
             _log.exception(
@@ -304,9 +305,8 @@ class Recovery:
         try:
             losers = [
                 c
-                for c in self._list_prepared()
-                if (c.query_id, c.batch_id) == (decision.query_id, decision.batch_id)
-                and not decision.contains(c)
+                for c in self._prepared_of(decision.query_id, decision.batch_id)
+                if not decision.contains(c)
             ]
             self.abort(losers, "losing or failed attempt")
             aborted = len(losers)

@@ -18,12 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from twopc._contract.sink_options import typed_options
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.liveness import DEFAULT_STALE_AFTER
 from twopc._coordination.steps import steps_on
 from twopc._engines.writer import resolve_commit_log, validate_sink_id
-from twopc._operations.group_options import GROUP_BACKEND, group_from_options
+from twopc._operations.group_options import (
+    GROUP_BACKEND,
+    group_from_options,
+    sink_from_options,
+)
 from twopc._operations.recover import RecoveryReport, recover_sink
 from twopc._operations.status import (
     ProgressResolver,
@@ -33,7 +36,7 @@ from twopc._operations.status import (
     sink_status,
 )
 from twopc.errors import TwoPCError
-from twopc.plugins import create_sink, registry
+from twopc.plugins import registry
 from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 from twopc.secrets import redact
@@ -215,8 +218,7 @@ def _open(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any],
         if args.backend == GROUP_BACKEND:
             sink: Sink[Any] = group_from_options(options)
         else:
-            factory = registry().spec(args.backend).load()
-            sink = create_sink(args.backend, **typed_options(args.backend, factory, options))
+            sink = sink_from_options(args.backend, options)
     except TypeError as exc:
         raise UsageError(
             f"the {args.backend} backend does not accept these options: {exc}"

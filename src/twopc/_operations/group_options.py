@@ -11,8 +11,9 @@ from twopc._contract.sink_options import typed_options
 from twopc.errors import ConfigurationError
 from twopc.groups import SinkGroup
 from twopc.plugins import create_sink, registry
+from twopc.protocol import Sink
 
-__all__ = ["GROUP_BACKEND", "group_from_options"]
+__all__ = ["GROUP_BACKEND", "group_from_options", "sink_from_options"]
 
 GROUP_BACKEND = "group"
 """The backend name the command line takes for a group."""
@@ -35,14 +36,21 @@ def group_from_options(options: Mapping[str, Any]) -> SinkGroup:
         spec[member][1][option] = value
     sinks = {}
     for name, (backend, member_options) in spec.items():
-        factory = registry().spec(backend).load()
         try:
-            sinks[name] = create_sink(backend, **typed_options(backend, factory, member_options))
+            sinks[name] = sink_from_options(backend, member_options)
         except TypeError as exc:
             raise ConfigurationError(
                 f"group member {name!r}: the {backend} backend does not accept these options: {exc}"
             ) from None
     return SinkGroup(sinks)
+
+
+def sink_from_options(backend: str, options: Mapping[str, Any]) -> Sink[Any]:
+    """A backend's sink from command-line options: strings typed as ``format("twopc")``
+    types them, from the backend's ``create_sink`` signature. ``TypeError`` for options the
+    backend does not take."""
+    factory = registry().spec(backend).load()
+    return create_sink(backend, **typed_options(backend, factory, options))
 
 
 def _members(found: object) -> dict[str, tuple[str, dict[str, Any]]]:
