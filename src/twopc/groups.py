@@ -191,6 +191,18 @@ class SinkGroup(Sink[None], CommitsOnDriver, TracksWriters):
             outcomes.update(zip((i for i, _ in indexed), found, strict=True))
         return [outcomes[i] for i in range(len(committables))]
 
+    def commit_units(self, committables: Sequence[Committable]) -> list[list[Committable]]:
+        """Each member's committables, split the way that member commits them; work of a
+        sink id that names no member goes first, alone, so that :meth:`commit` refuses it."""
+        units = [[c] for c in committables if self._member_of(c) is None]
+        for member, indexed in self._by_member(committables):
+            mine = [c for _, c in indexed]
+            if isinstance(member, CommitsOnDriver):
+                units += member.commit_units(mine)
+            else:
+                units += [[c] for c in mine]
+        return units
+
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for member, indexed in self._by_member(committables):
             if isinstance(member, CommitsOnDriver):

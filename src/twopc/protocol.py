@@ -226,6 +226,17 @@ class CommitsOnDriver(ABC):
         and aborts the rest. Must be read-only: ``twopc status`` calls it too.
         """
 
+    def commit_units(self, committables: Sequence[Committable]) -> list[list[Committable]]:
+        """How the driver splits a decided batch into :meth:`commit` calls, in order.
+
+        Default: one call per committable, so that a crash between two of them is a crash
+        point of its own (``between_commits``). A target that makes a whole batch visible in
+        one atomic step (one Iceberg snapshot per batch) returns one unit with every
+        committable; :meth:`commit` must then still accept any subset (recovery may hand it
+        the committables a crash left) and stay idempotent per committable.
+        """
+        return [[committable] for committable in committables]
+
     def batch_committed(self, committables: Sequence[Committable]) -> None:  # noqa: B027
         """Optional: called once every committable of a batch is committed, before the
         batch is marked done (so again after a crash in between: make it idempotent). The

@@ -80,3 +80,9 @@ def memory_task_sink(target: str) -> Sink[object]:
 def memory_driver_sink(target: str) -> Sink[object]:
     """The in-memory reference sink that commits on the driver (one process only)."""
     return MemoryDriverSink(target)  # type: ignore[return-value]
+
+
+def iceberg_sink(target: str) -> Sink[object]:
+    """An Iceberg table in the embedded catalog (SQLite) of the warehouse ``target``,
+    created by the first batch."""
+    return twopc.create_sink("iceberg", table="kit.events", warehouse=target, create_table=True)

@@ -10,6 +10,7 @@ import pytest
 
 import twopc
 import twopc_files
+import twopc_iceberg
 import twopc_jdbc
 import twopc_kafka
 
@@ -148,8 +149,9 @@ PUBLIC = {
     # the backends that import their client libraries lazily (module __getattr__)
     twopc_jdbc: ["MySQLSink", "PostgresSink"],
     twopc_kafka: ["ConsumerGroup", "KafkaSink"],
+    twopc_iceberg: ["IcebergPayload", "IcebergSink"],
 }
-LAZY = (twopc_jdbc, twopc_kafka)
+LAZY = (twopc_jdbc, twopc_kafka, twopc_iceberg)
 
 
 @pytest.mark.parametrize("module", list(PUBLIC), ids=lambda m: m.__name__)

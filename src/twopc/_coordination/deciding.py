@@ -230,7 +230,8 @@ class Decider:
         return self._commit_decision(decision, recovering=recovering)
 
     def _commit_decision(self, decision: Decision, *, recovering: bool) -> int:
-        """Driver path: commit a decided batch partition by partition, then mark it done;
+        """Driver path: commit a decided batch unit by unit (partition by partition unless
+        the sink says otherwise, :meth:`~twopc.CommitsOnDriver.commit_units`), then mark it done;
         idempotent, so recovery may run it again after a crash anywhere in it."""
         driver = self._driver
         if driver is None:
@@ -248,13 +249,13 @@ class Decider:
             self.fire(CrashPoint.RECOVERY_BEFORE_COMMIT, decision.batch_id)
         between = CrashPoint.RECOVERY_BETWEEN_COMMITS if recovering else CrashPoint.BETWEEN_COMMITS
         previous: Committable | None = None
-        for index, committable in enumerate(decision.committables):
+        for index, unit in enumerate(driver.commit_units(decision.committables)):
             if index == 1:
                 self.fire(between, decision.batch_id)
-            if previous is not None and previous.sink_id != committable.sink_id and not recovering:
+            if previous is not None and previous.sink_id != unit[0].sink_id and not recovering:
                 self.fire(CrashPoint.BETWEEN_MEMBERS, decision.batch_id)  # a group's
-            retries += self.commit(driver, [committable])
-            previous = committable
+            retries += self.commit(driver, unit)
+            previous = unit[-1]
         with leaving_sink(self.sink_id, decision.batch_id, wrap=CommitError):
             driver.batch_committed(decision.committables)
         self.commit_log.mark_done(decision.query_id, decision.batch_id)

@@ -1,0 +1,142 @@
+"""The record, in the table itself, of which batches this sink committed.
+
+Every commit writes it twice, atomically with the data (one catalog commit):
+
+* in the summary of the batch's snapshot (``twopc.sink-id``, ``twopc.query-id``,
+  ``twopc.batch-id``, ``twopc.partitions``), where anyone reading the table's history sees
+  which batch a snapshot holds;
+* in a table property per sink id and query, ``twopc.committed.<sink_id>.<query_id>``, with
+  the newest batch and its committed partitions (JSON). Properties survive snapshot expiry,
+  which removes old snapshots and their summaries: the property is what the sink reads first.
+
+Batches of one query commit in order, so "batch ``b`` or a later one" is committed once
+the newest marker says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pyiceberg.table import Table
+
+__all__ = [
+    "NO_MARKER",
+    "PROPERTY_PREFIX",
+    "SUMMARY_BATCH",
+    "SUMMARY_PARTITIONS",
+    "SUMMARY_QUERY",
+    "SUMMARY_SINK",
+    "Marker",
+    "marker_property",
+    "markers_of",
+    "read_marker",
+]
+
+PROPERTY_PREFIX = "twopc.committed."
+SUMMARY_SINK = "twopc.sink-id"
+SUMMARY_QUERY = "twopc.query-id"
+SUMMARY_BATCH = "twopc.batch-id"
+SUMMARY_PARTITIONS = "twopc.partitions"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The newest committed batch of one query, with the attempt committed of each of its
+    partitions (``-1`` where only a snapshot summary told, which keeps no attempts)."""
+
+    batch_id: int
+    attempts: Mapping[int, int]
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        return frozenset(self.attempts)
+
+    def holds(self, batch_id: int, partition: int) -> bool:
+        """Whether partition ``partition`` of ``batch_id`` is committed."""
+        return self.batch_id > batch_id or (
+            self.batch_id == batch_id and partition in self.attempts
+        )
+
+    def committed_attempt(self, batch_id: int, partition: int) -> int | None:
+        """The attempt committed of that partition, when this marker knows it."""
+        if batch_id != self.batch_id:
+            return None
+        attempt = self.attempts.get(partition)
+        return None if attempt is None or attempt < 0 else attempt
+
+    def after(self, batch_id: int, attempts: Mapping[int, int]) -> Marker:
+        """The marker once ``attempts`` (partition -> attempt) of ``batch_id`` commit too."""
+        if batch_id == self.batch_id:
+            return Marker(batch_id, {**self.attempts, **attempts})
+        return Marker(batch_id, dict(attempts))
+
+    def to_property(self) -> str:
+        return json.dumps(
+            {"batch": self.batch_id, "attempts": {str(p): a for p, a in self.attempts.items()}},
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    def summary(self, sink_id: str, query_id: str, partitions: Iterable[int]) -> dict[str, str]:
+        """The snapshot summary of a commit of ``partitions`` of this marker's batch."""
+        return {
+            SUMMARY_SINK: sink_id,
+            SUMMARY_QUERY: query_id,
+            SUMMARY_BATCH: str(self.batch_id),
+            SUMMARY_PARTITIONS: ",".join(map(str, sorted(partitions))),
+        }
+
+
+NO_MARKER = Marker(-1, {})
+"""Nothing committed yet."""
+
+
+def marker_property(sink_id: str, query_id: str) -> str:
+    return f"{PROPERTY_PREFIX}{sink_id}.{query_id}"
+
+
+def _parse_property(text: str) -> Marker | None:
+    try:
+        data = json.loads(text)
+        attempts = {int(p): int(a) for p, a in dict(data["attempts"]).items()}
+        return Marker(int(data["batch"]), attempts)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _parse_partitions(text: str | None) -> dict[int, int]:
+    return {int(p): -1 for p in (text or "").split(",") if p.strip().isdigit()}
+
+
+def read_marker(table: Table, sink_id: str, query_id: str) -> Marker | None:
+    """The newest batch of ``query_id`` this sink committed to ``table``, or ``None``."""
+    return markers_of(table, sink_id).get(query_id)
+
+
+def markers_of(table: Table, sink_id: str) -> dict[str, Marker]:
+    """The newest committed batch of every query of ``sink_id``: from the table's
+    properties, completed from the snapshot summaries (a property removed by hand)."""
+    found: dict[str, Marker] = {}
+    prefix = f"{PROPERTY_PREFIX}{sink_id}."
+    properties: Mapping[str, str] = table.properties
+    for key, value in properties.items():
+        if key.startswith(prefix):
+            marker = _parse_property(value)
+            if marker is not None:
+                found[key.removeprefix(prefix)] = marker
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        if summary is None or summary[SUMMARY_SINK] != sink_id:
+            continue
+        query_id, batch = summary[SUMMARY_QUERY], summary[SUMMARY_BATCH]
+        if not query_id or batch is None or not str(batch).isdigit():
+            continue
+        seen = Marker(int(batch), _parse_partitions(summary[SUMMARY_PARTITIONS]))
+        known = found.get(query_id)
+        if known is None or seen.batch_id > known.batch_id:
+            found[query_id] = seen
+        elif seen.batch_id == known.batch_id:
+            found[query_id] = Marker(known.batch_id, {**seen.attempts, **known.attempts})
+    return found
