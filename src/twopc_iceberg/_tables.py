@@ -60,8 +60,9 @@ class TableAccess:
 
     table: str
     catalog: str
-    properties: Mapping[str, str]
-    storage_options: Mapping[str, Any]
+    properties: Mapping[str, str] = field(repr=False)
+    """May hold credentials: never in ``repr`` (:func:`public_properties` masks them)."""
+    storage_options: Mapping[str, Any] = field(repr=False)
     create_table: bool = False
     partition_by: tuple[PartitionField, ...] = ()
     table_properties: Mapping[str, str] = field(default_factory=dict)
