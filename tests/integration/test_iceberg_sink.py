@@ -16,12 +16,12 @@ import pyarrow as pa
 import pytest
 
 import twopc
-import twopc.local as local
 from tests.harness.iceberg import ids, load, records_left, scan, unreferenced_data_files
+from twopc import local
 
 pytest.importorskip("pyiceberg")
 
-from twopc_iceberg import IcebergSink  # noqa: E402
+from twopc_iceberg import IcebergSink
 
 pytestmark = pytest.mark.integration
 
