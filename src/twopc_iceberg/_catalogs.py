@@ -10,6 +10,8 @@ configuration (``~/.pyiceberg.yaml``, ``PYICEBERG_CATALOG__...``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -64,9 +66,22 @@ def _local_directory(warehouse: str) -> str | None:
         return warehouse.removeprefix("file://").rstrip("/") or "/"
     if "://" in warehouse:
         return None
-    import os
-
     return os.path.abspath(warehouse)
+
+
+def _forget_inherited() -> None:
+    """In a forked child (the local engine's tasks): drop the parent's catalogs. A SQL
+    catalog's pool holds the parent's connections; used from two processes they hang or
+    mix replies. Their pools are let go without closing what the parent still uses."""
+    for catalog in _catalogs.values():
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                engine.dispose(close=False)
+    _catalogs.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def load_catalog_cached(name: str, properties: Mapping[str, str]) -> Catalog:
@@ -79,8 +94,6 @@ def load_catalog_cached(name: str, properties: Mapping[str, str]) -> Catalog:
             if properties.get("type") == "sql" and str(properties.get("uri", "")).startswith(
                 "sqlite:///"
             ):
-                import os
-
                 os.makedirs(
                     os.path.dirname(str(properties["uri"]).removeprefix("sqlite:///")),
                     exist_ok=True,

@@ -36,8 +36,9 @@ def new_target(
     request: pytest.FixtureRequest, backend: str, mode: str, tmp_path: Path, prefix: str = "rq"
 ) -> tuple[Target, SinkRecipe]:
     """A fresh namespace of ``backend`` (table, topic or directory; ``s3``: a prefix of the
-    S3 API's bucket, written by the files sink) and its sink spec, on the services the
-    session's fixtures start."""
+    S3 API's bucket, written by the files sink; ``iceberg``: a table in a warehouse of its
+    own, its catalog on SQLite or, mode ``postgres``, on PostgreSQL) and its sink spec, on
+    the services the session's fixtures start."""
     fixtures = {"postgres": "postgres_dsn", "mysql": "mysql_dsn", "kafka": "kafka_bootstrap"}
     keys = {
         "postgres": "POSTGRES_DSN",
@@ -47,7 +48,9 @@ def new_target(
     env = {keys[backend]: request.getfixturevalue(fixtures[backend])} if backend in keys else {}
     if backend == "s3":
         env = request.getfixturevalue("s3_store").env()
-    target = make_target(backend, env)
+    if backend == "iceberg" and mode == "postgres":  # the catalog on PostgreSQL
+        env = {"POSTGRES_DSN": request.getfixturevalue("postgres_dsn")}
+    target = make_target(backend, env, mode if backend == "iceberg" else "")
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     return target, target.prepare(name, mode, tmp_path, kafka_partitions=3)
 

@@ -22,12 +22,12 @@ class SinkRecipe:
     backend: str
     mode: str
     sink_id: str
-    address: str  # output path, DSN or bootstrap servers
+    address: str  # output path, DSN, bootstrap servers or Iceberg warehouse
     table: str = ""  # table or topic
     factory: str = ""
     prefix: str = ""  # Kafka transactional_id_prefix ("": the default)
     log_outside: bool = False  # keep the commit log next to, not inside, the checkpoint
-    options: str = ""  # files: more sink options as a JSON object (storage_options, commit_by)
+    options: str = ""  # files, iceberg: more sink options as a JSON object
 
     def files_options(self) -> dict[str, Any]:
         """The files sink's options besides path and format. The runs kill and stall Python
@@ -89,5 +89,15 @@ def build_sink(spec: SinkRecipe) -> twopc.Sink[Any]:
             key_column="key",
             operation_timeout_seconds=15,
             **({"transactional_id_prefix": spec.prefix} if spec.prefix else {}),
+        )
+    if spec.backend == "iceberg":
+        # the run's own catalog and warehouse (options: catalog properties of a catalog on
+        # PostgreSQL); append, not upsert: an upsert would hide a duplicate
+        return twopc.create_sink(
+            "iceberg",
+            table=spec.table,
+            warehouse=spec.address,
+            create_table=True,
+            **(json.loads(spec.options) if spec.options else {}),
         )
     raise ValueError(f"unknown backend {spec.backend!r}")

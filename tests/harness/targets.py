@@ -8,12 +8,14 @@ drops the namespace. Nothing here looks at twopc's own bookkeeping.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -395,6 +397,94 @@ class S3FilesTarget(Target):
             s3.rm(prefix, recursive=True)
 
 
+class IcebergTarget(Target):
+    """An Iceberg table per run, in a warehouse under the run directory; its catalog is the
+    embedded SQLite file (mode ``sqlite``) or pyiceberg's SQL catalog on the PostgreSQL of
+    ``scripts/services`` (mode ``postgres``). Read back with a pyiceberg scan; leftovers
+    are data files no snapshot references and the sink's attempt records."""
+
+    backend = "iceberg"
+
+    def __init__(self, env: dict[str, str], mode: str = "sqlite") -> None:
+        self.mode = mode
+        self.dsn = env.get("POSTGRES_DSN", "") if mode == "postgres" else ""
+        self.service = "postgres" if mode == "postgres" else None
+
+    def catalog_properties(self, warehouse: Path) -> dict[str, str]:
+        if self.mode != "postgres":
+            return {}
+        uri = self.dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+        return {"type": "sql", "uri": uri, "warehouse": f"file://{warehouse}"}
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkRecipe:
+        warehouse = run_dir / "warehouse"
+        warehouse.mkdir(parents=True, exist_ok=True)
+        table = f"r_{run_id.replace('-', '_')}.events"
+        options = {"catalog_properties": self.catalog_properties(warehouse)} if self.dsn else {}
+        return SinkRecipe(
+            "iceberg", mode, run_id, str(warehouse), table, options=json.dumps(options)
+        )
+
+    def _sink(self, spec: SinkRecipe) -> Any:
+        from tests.harness.sink_recipe import build_sink
+
+        return build_sink(spec)
+
+    def committed(self, spec: SinkRecipe) -> Counter[int]:
+        table = self._sink(spec).load_table()
+        if table is None:
+            return Counter()
+        ids = table.scan(selected_fields=("id",)).to_arrow()["id"].to_pylist()
+        return Counter(int(i) for i in ids)
+
+    def leftovers(self, spec: SinkRecipe) -> list[str]:
+        table = self._sink(spec).load_table()
+        if table is None:
+            return []
+        location = Path(table.location().removeprefix("file://"))
+        referenced = {
+            p.removeprefix("file://") for p in table.inspect.all_files()["file_path"].to_pylist()
+        }
+        data = location / "data"
+        unreferenced = [
+            f"data file no snapshot references: {p.relative_to(location)}"
+            for p in sorted(data.rglob("*.parquet"))
+            if str(p) not in referenced
+        ]
+        records = location / "twopc"
+        left = [
+            f"attempt record {p.relative_to(location)}"
+            for p in sorted(records.rglob("*"))
+            if p.is_file()
+        ]
+        return unreferenced + left
+
+    def alive(self) -> bool:
+        if not self.dsn:
+            return True
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+
+    def endpoint(self) -> tuple[str, int] | None:
+        if not self.dsn:
+            return None
+        parts = urlsplit(self.dsn)
+        return parts.hostname or "127.0.0.1", parts.port or 0
+
+    def cleanup(self, spec: SinkRecipe) -> None:
+        sink = self._sink(spec)
+        if self.dsn:
+            catalog = sink.access.catalog_object()
+            namespace = spec.table.rsplit(".", 1)[0]
+            with contextlib.suppress(Exception):
+                catalog.drop_table(spec.table)
+            with contextlib.suppress(Exception):
+                catalog.drop_namespace(namespace)
+        shutil.rmtree(spec.address, ignore_errors=True)
+
+
 class GroupTarget(Target):
     """A ``twopc.SinkGroup``'s targets, the mode naming the members' backends in order
     (``postgres+mysql``): the first member's service is the run's. A reader sees an id
@@ -453,17 +543,17 @@ class GroupTarget(Target):
 
 def make_target(backend: str, env: dict[str, str], mode: str = "") -> Target:
     """The target of a backend, addressed with ``scripts/services env`` settings (``s3``:
-    the files backend on the S3 API; ``group``: the members ``mode`` names)."""
-    if backend == "group":
-        return GroupTarget(env, mode)
-    if backend == "files":
-        return FilesTarget()
-    if backend == "s3":
-        return S3FilesTarget(env)
-    if backend == "postgres":
-        return SqlTarget("postgres", env["POSTGRES_DSN"])
-    if backend == "mysql":
-        return SqlTarget("mysql", env["MYSQL_DSN"])
-    if backend == "kafka":
-        return KafkaTarget(env["KAFKA_BOOTSTRAP_SERVERS"])
+    the files backend on the S3 API; ``group``: the members ``mode`` names; ``iceberg``:
+    the catalog ``mode`` names, ``sqlite`` or ``postgres``)."""
+    makers: dict[str, Callable[[], Target]] = {
+        "group": lambda: GroupTarget(env, mode),
+        "files": FilesTarget,
+        "s3": lambda: S3FilesTarget(env),
+        "postgres": lambda: SqlTarget("postgres", env["POSTGRES_DSN"]),
+        "mysql": lambda: SqlTarget("mysql", env["MYSQL_DSN"]),
+        "kafka": lambda: KafkaTarget(env["KAFKA_BOOTSTRAP_SERVERS"]),
+        "iceberg": lambda: IcebergTarget(env, mode or "sqlite"),
+    }
+    if backend in makers:
+        return makers[backend]()
     raise ValueError(f"unknown backend {backend!r}")

@@ -76,6 +76,9 @@ LOCAL: dict[tuple[str, str], LocalRun] = {
         after='assert logging.getLogger("twopc").getEffectiveLevel() == logging.INFO'
     ),
     ("docs/backends/files.md", 'path="s3://lake/orders",'): LocalRun(),
+    ("docs/backends/iceberg.md", 'warehouse="/data/warehouse",'): LocalRun(
+        after="assert \"'sqlite:////data/warehouse/twopc-catalog.db'\" in repr(sink)"
+    ),
     (
         "docs/backends/kafka.md",
         'sink = twopc.create_sink("kafka", bootstrap_servers="broker:9092", topic="out")',

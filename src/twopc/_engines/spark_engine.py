@@ -308,6 +308,17 @@ class SparkEngine(BatchEngine):
                 return None
             if self._result_stage is not None:
                 self._result_info = info  # its attempt is read from it later
+            if int(info.currentAttemptId()) > 0:
+                # A re-attempted stage (shuffle output lost with an executor) runs only the
+                # partitions its earlier attempts did not finish, and the status tracker
+                # counts the newest attempt's tasks: not the batch's partitions. The
+                # reports' partition numbers are trusted then (0..n-1, none missing).
+                _log.info(
+                    "phase 1's stage %d was re-attempted: its partitions are counted from "
+                    "the tasks' reports",
+                    max(stages),
+                )
+                return None
             return int(info.numTasks())
         except Exception:
             _log.debug("cannot read the task count of phase 1's result stage", exc_info=True)
