@@ -76,6 +76,9 @@ LOCAL: dict[tuple[str, str], LocalRun] = {
         after='assert logging.getLogger("twopc").getEffectiveLevel() == logging.INFO'
     ),
     ("docs/backends/files.md", 'path="s3://lake/orders",'): LocalRun(),
+    ("docs/backends/iceberg.md", '"warehouse": "s3://lake/warehouse",'): LocalRun(
+        after="assert sink.access.storage_options['client_kwargs']['region_name'] == 'eu-west-1'"
+    ),
     ("docs/backends/iceberg.md", 'warehouse="/data/warehouse",'): LocalRun(
         after="assert \"'sqlite:////data/warehouse/twopc-catalog.db'\" in repr(sink)"
     ),
