@@ -232,6 +232,33 @@ class _OpenFile:
     writer: pq.ParquetWriter
     key: PartitionKey | None
     rows: int = 0
+    pending: list[pa.RecordBatch] = field(default_factory=list)
+    """Rows not yet written: one row group is written at a time, up to its limit."""
+    pending_rows: int = 0
+    pending_bytes: int = 0
+
+
+ROW_GROUP_BYTES = 128 * 1024 * 1024
+"""A row group is written once its rows hold this many bytes in memory, or reach the
+table's ``write.parquet.row-group-limit`` rows: what one open file holds back at most."""
+
+
+def writer_options(properties: Mapping[str, str]) -> dict[str, Any]:
+    """``pyarrow.parquet.ParquetWriter`` options from the table's ``write.parquet.*``
+    properties, with Iceberg's defaults (zstd)."""
+    codec = properties.get("write.parquet.compression-codec", "zstd")
+    options: dict[str, Any] = {"compression": "none" if codec == "uncompressed" else codec}
+    if properties.get("write.parquet.compression-level"):
+        options["compression_level"] = int(properties["write.parquet.compression-level"])
+    sizes = {
+        "data_page_size": "write.parquet.page-size-bytes",
+        "dictionary_pagesize_limit": "write.parquet.dict-size-bytes",
+        "write_batch_size": "write.parquet.page-row-limit",
+    }
+    for option, key in sizes.items():
+        if properties.get(key):
+            options[option] = int(properties[key])
+    return options
 
 
 @dataclass
@@ -253,21 +280,37 @@ class FileRoller:
     written: list[WrittenFile] = field(default_factory=list)
     seq: int = 0
 
+    @property
+    def row_group_rows(self) -> int:
+        return int(self.properties.get("write.parquet.row-group-limit", 1_048_576))
+
     def write(self, key: PartitionKey | None, piece: pa.RecordBatch) -> str:
         """Append ``piece`` to its partition's open file; returns that file's path."""
         partition_path = key.to_path() if key is not None else ""
         current = self.open_files.get(partition_path)
         if current is None:
             current = self.open_files[partition_path] = self._open(key, partition_path)
-        try:
-            current.writer.write_batch(piece)
-        except OSError as exc:
-            raise _io_error(current.path, exc) from exc
+        current.pending.append(piece)
+        current.pending_rows += piece.num_rows
+        current.pending_bytes += piece.nbytes
         current.rows += piece.num_rows
         path = current.path
-        if current.handle.tell() >= self.target_size:
-            self._close(partition_path)
+        if current.pending_rows >= self.row_group_rows or current.pending_bytes >= ROW_GROUP_BYTES:
+            self._flush(current)
+            if current.handle.tell() >= self.target_size:
+                self._close(partition_path)
         return path
+
+    def _flush(self, current: _OpenFile) -> None:
+        """Write the pending rows as one row group."""
+        if not current.pending:
+            return
+        table = pa.Table.from_batches(current.pending)
+        current.pending, current.pending_rows, current.pending_bytes = [], 0, 0
+        try:
+            current.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        except OSError as exc:
+            raise _io_error(current.path, exc) from exc
 
     def _open(self, key: PartitionKey | None, partition_path: str) -> _OpenFile:
         directory = f"{self.directory}/{partition_path}" if partition_path else self.directory
@@ -279,7 +322,12 @@ class FileRoller:
         except OSError as exc:
             raise _io_error(path, exc) from exc
         try:
-            writer = pq.ParquetWriter(handle, self.arrow_schema, store_decimal_as_integer=True)
+            writer = pq.ParquetWriter(
+                handle,
+                self.arrow_schema,
+                store_decimal_as_integer=True,
+                **writer_options(self.properties),
+            )
         except BaseException:
             handle.close()
             raise
@@ -288,6 +336,7 @@ class FileRoller:
     def _close(self, partition_path: str) -> None:
         current = self.open_files.pop(partition_path)
         try:
+            self._flush(current)
             current.writer.close()
             if is_local(self.fs):
                 current.handle.flush()

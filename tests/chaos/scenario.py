@@ -22,6 +22,8 @@ MODES: dict[str, tuple[str, ...]] = {
     "postgres": ("transaction", "two_phase"),
     "mysql": ("transaction", "two_phase"),
     "kafka": ("per_partition", "atomic"),
+    # an Iceberg table, its catalog on SQLite (the embedded default) or on PostgreSQL
+    "iceberg": ("sqlite", "postgres"),
 }
 SERVICE: dict[str, str | None] = {
     "files": None,
@@ -29,6 +31,7 @@ SERVICE: dict[str, str | None] = {
     "postgres": "postgres",
     "mysql": "mariadb",
     "kafka": "kafka",
+    "iceberg": None,  # mode postgres: the catalog's database (service_of)
 }
 TARGETS = ("driver", "worker", "executor", "service")
 
@@ -48,6 +51,7 @@ LOCAL_WEIGHTS: dict[str, dict[str, float]] = {
     "postgres": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "mysql": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "kafka": {"driver": 0.45, "worker": 0.45, "service": 0.1},
+    "iceberg": {"driver": 0.35, "worker": 0.35, "service": 0.3},  # service: postgres mode only
 }
 # Kafka runs cost ~3x a database run (a transactional producer per task), so each Kafka
 # mode is drawn a little less often than the others.
@@ -61,6 +65,7 @@ DELAY_PER_BATCH = {
     "postgres": 0.1,
     "mysql": 0.2,
     "kafka": 0.9,
+    "iceberg": 0.3,
     "spark": 1.0,
 }
 GROUP_SHARE = 0.25
@@ -121,6 +126,15 @@ SLOW_TASKS = {
     ),
 }
 """The restarts' fault plans under ``speculate``: partition 1 of every batch is slow."""
+ICEBERG_SHARE = 0.5
+"""Share of the runs drawn as ``files`` (on the local disk, after the S3 draw) that write an
+Iceberg table instead (issue 33), a third of them with the catalog on PostgreSQL. Drawn from
+a stream of its own (``iceberg-SEED``) after the backend, so every seed drawn before Iceberg
+joined keeps its scenario unless it is one of these. ``--backend iceberg`` draws only
+Iceberg runs."""
+ICEBERG_POSTGRES_SHARE = 1 / 3
+STORE_VARIANTS = ("s3", "iceberg")
+"""Backends drawn as variants of ``files`` (unless the filters leave only them)."""
 PAUSE_SHARE = 0.12
 """Share of runs on a backend with a service whose first restart sees that service stopped
 (SIGSTOP, ``scripts/services pause``) for ``PAUSE_SECONDS`` and resumed: recovery and the
@@ -259,13 +273,13 @@ def draw(seed: int, options: Options) -> Scenario:
     if not combos:
         raise NoScenario(f"no backend matches {options.backends}")
     spark = rng.random() < options.spark_share
-    drawn = [c for c in combos if c[0] != "s3"] or combos  # s3: a store variant of files
+    drawn = [c for c in combos if c[0] not in STORE_VARIANTS] or combos  # variants of files
     backend, mode = rng.choices(drawn, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in drawn])[0]
-    backend = _store(seed, backend, combos)
-    weights = _weights(backend, spark, options.targets)
+    backend, mode = _store(seed, backend, mode, combos)
+    weights = _weights(backend, spark, options.targets, mode)
     if not weights:
-        if not spark and _weights(backend, True, options.targets):
-            spark, weights = True, _weights(backend, True, options.targets)
+        if not spark and _weights(backend, True, options.targets, mode):
+            spark, weights = True, _weights(backend, True, options.targets, mode)
         else:
             raise NoScenario(f"no kill target of {options.targets} applies to {backend}")
     target = rng.choices(list(weights), list(weights.values()))[0]
@@ -344,9 +358,12 @@ def _variant(seed: int, event: str, backend: str) -> str:
 
 
 def service_of(backend: str, mode: str) -> str | None:
-    """The service a backend depends on; a group's is its first member's."""
+    """The service a backend depends on; a group's is its first member's; an Iceberg
+    table's, its catalog's database (mode ``postgres``)."""
     if backend == "group":
         return SERVICE[mode.split("+", maxsplit=1)[0]]
+    if backend == "iceberg":
+        return "postgres" if mode == "postgres" else None
     return SERVICE[backend]
 
 
@@ -389,11 +406,21 @@ def _last_resource_fault(seed: int, mode: str, fault: str | None, partitions: in
     return f"{random.Random(f'last-resource-{seed}').choice(points).value}:{rest}"
 
 
-def _store(seed: int, backend: str, combos: Sequence[tuple[str, str]]) -> str:
-    """``s3`` for a share of the ``files`` runs, when the filters allow both."""
-    if backend != "files" or ("s3", "parquet") not in combos:
-        return backend
-    return "s3" if random.Random(f"store-{seed}").random() < S3_SHARE else backend
+def _store(
+    seed: int, backend: str, mode: str, combos: Sequence[tuple[str, str]]
+) -> tuple[str, str]:
+    """``(backend, mode)``: ``s3`` for a share of the ``files`` runs, an Iceberg table for a
+    share of the rest, when the filters allow them."""
+    if backend != "files":
+        return backend, mode
+    if ("s3", "parquet") in combos and random.Random(f"store-{seed}").random() < S3_SHARE:
+        return "s3", mode
+    catalogs = [m for b, m in combos if b == "iceberg"]
+    rng = random.Random(f"iceberg-{seed}")
+    if not catalogs or rng.random() >= ICEBERG_SHARE:
+        return backend, mode
+    on_postgres = "postgres" in catalogs and rng.random() < ICEBERG_POSTGRES_SHARE
+    return "iceberg", "postgres" if on_postgres or catalogs == ["postgres"] else "sqlite"
 
 
 def _event(
@@ -430,7 +457,7 @@ def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, f
 
 def _event_applies(event: str, backend: str, mode: str, engine: str, partitions: int) -> bool:
     if event == "rename":
-        return backend not in ("files", "s3")  # files name nothing after an option
+        return backend not in ("files", "s3", "iceberg")  # they name nothing after an option
     if event == "stop":
         return engine == "spark"  # query.stop() is Spark's
     if event == "speculate":
@@ -439,8 +466,10 @@ def _event_applies(event: str, backend: str, mode: str, engine: str, partitions:
     return True
 
 
-def _weights(backend: str, spark: bool, targets: Sequence[str]) -> dict[str, float]:
+def _weights(backend: str, spark: bool, targets: Sequence[str], mode: str = "") -> dict[str, float]:
     table = SPARK_WEIGHTS if spark else LOCAL_WEIGHTS[backend]
+    if backend == "iceberg" and mode != "postgres":
+        table = {t: w for t, w in table.items() if t != "service"}  # SQLite: no service
     return {t: w for t, w in table.items() if not targets or t in targets}
 
 
@@ -458,7 +487,8 @@ def _points(backend: str, mode: str, partitions: int) -> tuple[list[CrashPoint],
     task = list(TASK_POINTS) + (list(TASK_COMMIT_POINTS) if commits_in_task else [])
     driver = [CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION]
     single = backend == "kafka" and mode == "atomic"
-    if not commits_in_task and partitions > 1 and not single:
+    one_step = backend == "iceberg"  # one commit call per batch: no between_commits
+    if not commits_in_task and partitions > 1 and not single and not one_step:
         driver.append(CrashPoint.BETWEEN_COMMITS)
     driver.append(CrashPoint.AFTER_COMMIT)
     return task, driver

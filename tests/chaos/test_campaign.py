@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 # mix; 105 took its place.
 CI_SEEDS = {
     4: "s3/parquet local worker before_pre_commit:kill, s3 paused 2.7 s in the restart",
-    7: "files/parquet local worker after_invoke:kill, retried in the same query",
+    15: "files/parquet local worker before_pre_commit:kill, retried in the same query",
+    7: "iceberg/sqlite local worker after_invoke:kill, retried in the same query",
+    86: "iceberg/postgres local postgres (the catalog's database) killed while the query is down",
     26: "postgres/transaction local driver after_commit:kill",
     105: "postgres/two_phase local postgres killed while the query is down",
     11: "mysql/transaction local mariadb killed while the query is down",
@@ -86,7 +88,7 @@ def test_ci_seeds_pass_and_cover_every_backend_mode_and_target(tmp_path: Path) -
     }
     assert {s["target"] for s in scenarios} == set(TARGETS)
     killed = {s["backend"] for s in scenarios if s["target"] == "service"}
-    assert killed == {"postgres", "mysql", "kafka"}
+    assert killed == {"postgres", "mysql", "kafka", "iceberg"}
     # not vacuous: every crash point fired and the executor JVM was really killed
     for r in runs:
         if r["scenario"]["timing"] == "point" or r["scenario"]["target"] == "executor":

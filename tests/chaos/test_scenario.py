@@ -111,7 +111,7 @@ def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was()
         scenario = draw(seed, Options())
         if scenario.backend == "group":
             continue  # tested below
-        if scenario.backend != "s3":
+        if scenario.backend not in ("s3", "iceberg"):
             assert scenario == draw(seed, without)
         else:
             assert draw(seed, without).backend == "files"
@@ -121,6 +121,32 @@ def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was()
     assert all(s.event != "rename" for s in only)
 
 
+def test_iceberg_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was() -> None:
+    """Iceberg joined the mix after seeds were recorded (issue 33): a seed not drawn as
+    Iceberg draws what it drew before, an Iceberg seed was a local-disk ``files`` run, a
+    third of them put the catalog on PostgreSQL (the service a ``service`` run kills), and
+    ``--backend iceberg`` draws Iceberg only, never ``rename`` nor ``between_commits``."""
+    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka"))
+    modes = []
+    for seed in range(1000):
+        scenario = draw(seed, Options())
+        if scenario.backend == "group":
+            continue
+        if scenario.backend == "iceberg":
+            assert draw(seed, without).backend == "files"
+            modes.append(scenario.mode)
+        else:
+            assert scenario == draw(seed, without)
+    assert len(modes) > 20 and 0.15 < modes.count("postgres") / len(modes) < 0.55
+    only = [draw(seed, Options(backends=("iceberg",))) for seed in range(300)]
+    assert {s.backend for s in only} == {"iceberg"}
+    assert {s.mode for s in only} == {"sqlite", "postgres"}
+    assert {s.service for s in only if s.mode == "sqlite"} == {None}
+    assert {s.service for s in only if s.target == "service"} == {"postgres"}
+    assert all(s.event != "rename" for s in only)
+    assert not any(s.fault and s.fault.startswith("between_commits") for s in only)
+
+
 def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_seed_as_it_was() -> (
     None
 ):
@@ -128,7 +154,7 @@ def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_see
     what it drew before (the draw without groups); a group seed is, without groups, a SQL
     ``two_phase`` run of the group's first member; ``--backend group`` draws groups only,
     never with ``rename``."""
-    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka"))
+    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka", "iceberg"))
     groups = 0
     for seed in range(1000):
         scenario = draw(seed, Options())
