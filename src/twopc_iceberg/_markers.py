@@ -29,6 +29,7 @@ __all__ = [
     "SUMMARY_QUERY",
     "SUMMARY_SINK",
     "Marker",
+    "added_files",
     "marker_property",
     "markers_of",
     "read_marker",
@@ -139,4 +140,24 @@ def markers_of(table: Table, sink_id: str) -> dict[str, Marker]:
             found[query_id] = seen
         elif seen.batch_id == known.batch_id:
             found[query_id] = Marker(known.batch_id, {**seen.attempts, **known.attempts})
+    return found
+
+
+def added_files(table: Table, sink_id: str, query_id: str, batch_id: int) -> set[str] | None:
+    """The data files the snapshots of that batch added (the paths), or ``None`` when no
+    snapshot the table keeps names the batch (expired, or never committed)."""
+    found: set[str] | None = None
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        if summary is None or summary[SUMMARY_SINK] != sink_id:
+            continue
+        if summary[SUMMARY_QUERY] != query_id or summary[SUMMARY_BATCH] != str(batch_id):
+            continue
+        found = found if found is not None else set()
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.snapshot_id == snapshot.snapshot_id:
+                    found.add(entry.data_file.file_path)
     return found

@@ -55,7 +55,14 @@ from twopc_iceberg._datafiles import (
     split_by_partition,
 )
 from twopc_iceberg._layout import AttemptId, attempt_data_dir, rewrite_data_dir
-from twopc_iceberg._markers import NO_MARKER, Marker, marker_property, markers_of, read_marker
+from twopc_iceberg._markers import (
+    NO_MARKER,
+    Marker,
+    added_files,
+    marker_property,
+    markers_of,
+    read_marker,
+)
 from twopc_iceberg._options import (
     MODES,
     SCHEMA_EVOLUTION,
@@ -368,6 +375,10 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
                 except _LostRace as lost:
                     self._wait_after_lost_race(first, attempt, lost)
                     continue
+            already = [i for i in range(len(committables)) if i not in todo]
+            self._drop_duplicates(
+                table, marker, [committables[i] for i in already], [payloads[i] for i in already]
+            )
             self._forget(table, committables)
             outcomes = [CommitOutcome.ALREADY_COMMITTED] * len(committables)
             for i in todo:
@@ -379,6 +390,46 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
             "it is visible, and the commit is tried again (raise commit_retries for a table "
             "with many concurrent writers)"
         )
+
+    def _drop_duplicates(
+        self,
+        table: Table,
+        marker: Marker,
+        committables: Sequence[Committable],
+        payloads: Sequence[IcebergPayload],
+    ) -> None:
+        """Committables of partitions the table already holds: when another attempt's files
+        are the ones committed (a batch run again from a checkpoint put back from a copy),
+        these files are nobody's, and go. Kept when the table cannot tell."""
+        for committable, payload in zip(committables, payloads, strict=True):
+            if not payload.files or self._committed(table, marker, committable, payload):
+                continue
+            attempt = AttemptId(
+                committable.query_id,
+                committable.batch_id,
+                committable.partition,
+                committable.attempt,
+            )
+            _log.info(
+                "twopc iceberg: batch %d partition %d is in the table already, from another "
+                "attempt: removing the files of attempt %d",
+                committable.batch_id,
+                committable.partition,
+                committable.attempt,
+            )
+            self._remove_attempt(table, committable.sink_id, attempt)
+
+    @staticmethod
+    def _committed(
+        table: Table, marker: Marker, committable: Committable, payload: IcebergPayload
+    ) -> bool:
+        """Whether this committable's files are the ones the table holds (``True`` when it
+        cannot tell: nothing is deleted on a guess)."""
+        attempt = marker.committed_attempt(committable.batch_id, committable.partition)
+        if attempt is not None:
+            return attempt == committable.attempt
+        added = added_files(table, committable.sink_id, committable.query_id, committable.batch_id)
+        return added is None or payload.files[0].path in added
 
     def _wait_after_lost_race(self, first: Committable, attempt: int, lost: _LostRace) -> None:
         wait = min(0.05 * (2**attempt), 2.0) * random.uniform(0.75, 1.25)

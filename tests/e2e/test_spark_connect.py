@@ -27,8 +27,12 @@ CASES = [
     ("format", "files", "parquet"),
     ("format", "postgres", "two_phase"),
     ("format", "kafka", "per_partition"),
+    ("foreach", "iceberg", "sqlite"),
+    ("format", "iceberg", "sqlite"),
 ]
 EXTENDED = {
+    ("foreach", "iceberg", "sqlite"),
+    ("format", "iceberg", "sqlite"),
     ("foreach", "files", "parquet"),
     ("foreach", "kafka", "atomic"),
     ("format", "postgres", "two_phase"),
@@ -38,6 +42,7 @@ KILL_CASES = [
     ("foreach", "postgres", "two_phase"),
     ("format", "files", "parquet"),
     ("foreach", "kafka", "per_partition"),
+    ("foreach", "iceberg", "sqlite"),
 ]
 
 

@@ -53,6 +53,15 @@ def format_options(spec: SinkRecipe) -> dict[str, str]:
         if spec.prefix:
             options["transactional_id_prefix"] = spec.prefix
         return options
+    if spec.backend == "iceberg":
+        extra = json.loads(spec.options) if spec.options else {}
+        return {
+            "sink": "iceberg",
+            "table": spec.table,
+            "warehouse": spec.address,
+            "create_table": "true",
+            **{k: v if isinstance(v, str) else json.dumps(v) for k, v in extra.items()},
+        }
     raise ValueError(f"unknown backend {spec.backend!r}")
 
 

@@ -317,3 +317,30 @@ def test_expiring_snapshots_keeps_the_marker_a_replay_needs(tmp_path: Path) -> N
     with pytest.raises(twopc.TwoPCError, match="target's markers show a batch after 0"):
         run(sink, tmp_path, [[rows(0, 10)], [rows(10, 20)]])
     assert ids(wh, TABLE) == Counter([*range(20), 500])
+
+
+def test_a_second_attempt_of_a_committed_partition_leaves_no_file(tmp_path: Path) -> None:
+    """A batch run again after it committed (a checkpoint put back from a copy: chaos seed
+    133013) prepares new files for a partition the table holds; its commit writes nothing
+    and removes them, also when only the snapshot summary can tell (marker property lost)."""
+    wh = tmp_path / "wh"
+    sink = IcebergSink(TABLE, warehouse=str(wh), create_table=True)
+
+    def prepare(attempt: int) -> twopc.Committable:
+        ctx = twopc.TaskContext("ev", "q1", 0, 0, attempt)
+        txn = sink.begin_transaction(ctx)
+        for batch in rows(0, 10).to_batches():
+            sink.invoke(txn, batch)
+        return sink.pre_commit(txn)
+
+    assert sink.commit([prepare(1)]) == [twopc.CommitOutcome.COMMITTED]
+    assert sink.commit([prepare(2)]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+    assert ids(wh, TABLE) == Counter(range(10))
+    assert unreferenced_data_files(wh, TABLE) == [] and records_left(wh, TABLE) == []
+    # without the property, the snapshot that names the batch tells which files it holds
+    table = load(wh, TABLE)
+    with table.transaction() as txn:
+        txn.remove_properties(*[k for k in table.properties if k.startswith("twopc.")])
+    assert sink.commit([prepare(3)]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
+    assert ids(wh, TABLE) == Counter(range(10))
+    assert unreferenced_data_files(wh, TABLE) == [] and records_left(wh, TABLE) == []
