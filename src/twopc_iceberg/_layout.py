@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from twopc import Committable, TaskContext
+
 __all__ = [
     "PREPARED_SUFFIX",
     "REWRITE_PREFIX",
@@ -47,6 +49,11 @@ class AttemptId:
     @property
     def stem(self) -> str:
         return f"{self.partition}-{self.attempt}"
+
+    @classmethod
+    def of(cls, work: Committable | TaskContext) -> AttemptId:
+        """The attempt a task context or a committable names."""
+        return cls(work.query_id, work.batch_id, work.partition, work.attempt)
 
 
 def sink_record_dir(table_location: str, sink_id: str) -> str:

@@ -237,9 +237,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
     # -- phase 1 ---------------------------------------------------------------------------
 
     def begin_transaction(self, ctx: TaskContext) -> IcebergTransaction:
-        return IcebergTransaction(
-            ctx, AttemptId(ctx.query_id, ctx.batch_id, ctx.partition, ctx.attempt)
-        )
+        return IcebergTransaction(ctx, AttemptId.of(ctx))
 
     def invoke(self, txn: IcebergTransaction, batch: pa.RecordBatch) -> None:
         if txn.roller is None:
@@ -404,12 +402,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
         for committable, payload in zip(committables, payloads, strict=True):
             if not payload.files or self._committed(table, marker, committable, payload):
                 continue
-            attempt = AttemptId(
-                committable.query_id,
-                committable.batch_id,
-                committable.partition,
-                committable.attempt,
-            )
+            attempt = AttemptId.of(committable)
             _log.info(
                 "twopc iceberg: batch %d partition %d is in the table already, from another "
                 "attempt: removing the files of attempt %d",
@@ -563,7 +556,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
         """Remove the records of committed attempts (their data files stay: the table
         references them)."""
         for c in committables:
-            attempt = AttemptId(c.query_id, c.batch_id, c.partition, c.attempt)
+            attempt = AttemptId.of(c)
             try:
                 self._records(table, c.sink_id).forget(attempt)
             except OSError as exc:
@@ -577,7 +570,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
             return
         markers = markers_of(table, committables[0].sink_id)
         for c in committables:
-            attempt = AttemptId(c.query_id, c.batch_id, c.partition, c.attempt)
+            attempt = AttemptId.of(c)
             marker = markers.get(c.query_id, NO_MARKER)
             if marker.committed_attempt(c.batch_id, c.partition) == c.attempt:
                 _log.warning(
@@ -607,7 +600,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
             return 0
         records = self._records(table, sink_id)
         entries = records.listing()
-        kept = {AttemptId(c.query_id, c.batch_id, c.partition, c.attempt) for c in keep}
+        kept = {AttemptId.of(c) for c in keep}
         prepared = {e.attempt for e in entries if e.prepared}
         markers: dict[str, Marker] | None = None
         removed = 0
