@@ -1,0 +1,148 @@
+"""The Iceberg sink's pure parts: option checks and the ``partition_by`` notation, the
+marker's arithmetic and its property text, a data file's description through JSON, the
+embedded catalog's properties and their masking."""
+
+from __future__ import annotations
+
+import decimal
+import uuid
+
+import pytest
+
+pytest.importorskip("pyiceberg")
+
+from twopc import ConfigurationError
+from twopc_iceberg._catalogs import catalog_properties, public_properties
+from twopc_iceberg._datafiles import WrittenFile
+from twopc_iceberg._markers import NO_MARKER, Marker, _parse_property
+from twopc_iceberg._options import PartitionField, parse_partition_by, s3_storage_options
+from twopc_iceberg.sink import IcebergSink
+
+pytestmark = pytest.mark.unit
+
+
+def test_partition_by_reads_columns_and_transforms() -> None:
+    assert parse_partition_by(["region", "day(ts)", "bucket(16, id)", " truncate( 4 ,name) "]) == (
+        PartitionField("region", "identity"),
+        PartitionField("ts", "day"),
+        PartitionField("id", "bucket", 16),
+        PartitionField("name", "truncate", 4),
+    )
+    assert [f.name for f in parse_partition_by(["day(ts)", "bucket(16, id)"])] == [
+        "ts_day",
+        "id_bucket_16",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("day(ts)", "a list of fields"),
+        (["bucket(id)"], "take a width first"),
+        (["day(3, ts)"], "take a width first"),
+        (["weekday(ts)"], r"cannot read 'weekday\(ts\)'"),
+        (["bucket(0, id)"], "width below 1"),
+        ([""], "is not a column or transform"),
+    ],
+)
+def test_a_partition_by_it_cannot_read_is_refused(value: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_partition_by(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"table": "events"}, "'namespace.table'"),
+        ({"table": "db.t", "mode": "merge"}, "mode must be one of 'append', 'upsert'"),
+        ({"table": "db.t", "key_columns": ["id"]}, "key_columns only apply to mode='upsert'"),
+        ({"table": "db.t", "mode": "upsert", "key_columns": "id"}, "a list of columns"),
+        ({"table": "db.t", "partition_by": ["id"]}, "needs create_table=True"),
+        ({"table": "db.t", "target_file_size": 10}, "at least 1024 bytes"),
+        ({"table": "db.t", "commit_retries": -1}, "0 or more"),
+        ({"table": "db.t", "schema_evolution": "all"}, "schema_evolution must be one of"),
+        ({"table": "db.t", "warehouse": "s3://lake/wh"}, "must then be a local directory"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(
+    options: dict[str, object], message: str
+) -> None:
+    table = options.pop("table")
+    with pytest.raises(ConfigurationError, match=message):
+        IcebergSink(table, **options)  # type: ignore[arg-type]
+
+
+def test_the_marker_holds_a_batch_and_every_earlier_one() -> None:
+    marker = NO_MARKER.after(4, {0: 11, 2: 12})
+    assert marker.holds(4, 0) and marker.holds(4, 2) and not marker.holds(4, 1)
+    assert marker.holds(3, 1) and not marker.holds(5, 0)
+    assert marker.committed_attempt(4, 2) == 12 and marker.committed_attempt(3, 0) is None
+    grown = marker.after(4, {1: 13})
+    assert grown.partitions == {0, 1, 2}
+    assert marker.after(5, {0: 14}) == Marker(5, {0: 14})
+    assert _parse_property(grown.to_property()) == grown
+    assert _parse_property("not json") is None
+    summary = grown.summary("ev", "q1", [1])
+    assert summary == {
+        "twopc.sink-id": "ev",
+        "twopc.query-id": "q1",
+        "twopc.batch-id": "4",
+        "twopc.partitions": "1",
+    }
+
+
+def test_a_data_file_description_survives_json() -> None:
+    written = WrittenFile(
+        path="s3://lake/wh/db/t/data/part-00000.parquet",
+        spec_id=1,
+        partition=(19723, "eu", decimal.Decimal("1.50"), b"\x00\xff", uuid.UUID(int=7), None),
+        partition_path="ts_day=2024-01-01/region=eu",
+        size=1234,
+        stats={
+            "record_count": 10,
+            "column_sizes": {1: 40, 2: 30},
+            "lower_bounds": {1: b"\x01\x00", 2: b"a"},
+            "upper_bounds": {1: b"\x09\x00", 2: b"z"},
+            "split_offsets": [4],
+        },
+    )
+    import json
+
+    again = WrittenFile.from_json(json.loads(json.dumps(written.to_json())))
+    assert again == written
+    assert again.rows == 10
+    data_file = again.data_file()
+    assert data_file.file_path == written.path and data_file.record_count == 10
+    assert data_file.lower_bounds == {1: b"\x01\x00", 2: b"a"}
+
+
+def test_the_embedded_catalog_is_a_sqlite_file_in_the_warehouse(tmp_path: object) -> None:
+    properties = catalog_properties("/data/wh", {})
+    assert properties == {
+        "type": "sql",
+        "uri": "sqlite:////data/wh/twopc-catalog.db",
+        "warehouse": "file:///data/wh",
+    }
+    given = {"type": "rest", "uri": "http://catalog:8181"}
+    assert catalog_properties(None, given) == given
+
+
+def test_credentials_never_show() -> None:
+    shown = public_properties(
+        {
+            "uri": "postgresql+psycopg://etl:pw-123@db/lake",
+            "s3.secret-access-key": "sk-456",
+            "s3.access-key-id": "AKIA",
+            "token": "tok-789",
+        }
+    )
+    text = repr(shown)
+    assert "pw-123" not in text and "sk-456" not in text and "tok-789" not in text
+    assert "AKIA" in text  # a key id is not a secret
+    options = s3_storage_options(
+        {"s3.endpoint": "http://s3:9000", "s3.access-key-id": "AKIA", "s3.region": "eu-west-1"}
+    )
+    assert options == {
+        "key": "AKIA",
+        "client_kwargs": {"endpoint_url": "http://s3:9000", "region_name": "eu-west-1"},
+    }
