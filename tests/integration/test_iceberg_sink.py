@@ -344,3 +344,37 @@ def test_a_second_attempt_of_a_committed_partition_leaves_no_file(tmp_path: Path
     assert sink.commit([prepare(3)]) == [twopc.CommitOutcome.ALREADY_COMMITTED]
     assert ids(wh, TABLE) == Counter(range(10))
     assert unreferenced_data_files(wh, TABLE) == [] and records_left(wh, TABLE) == []
+
+
+def test_status_shows_a_decided_batch_and_recover_commits_it(tmp_path: Path) -> None:
+    """``twopc status iceberg`` lists the decided batch and its prepared attempt; ``twopc
+    recover iceberg`` commits it; the table then shows every row once."""
+    wh = tmp_path / "wh"
+    sink = IcebergSink(TABLE, warehouse=str(wh), create_table=True)
+    stream = local.LocalStream(str(tmp_path / "chk"), [[rows(0, 10)], [rows(10, 20)]])
+    failing = local.foreach_batch(
+        sink,
+        "ev",
+        commit_log=str(tmp_path / "log"),
+        processes=False,
+        faults=twopc.FaultPlan.parse("after_decision:raise@batch=1"),
+    )
+    with pytest.raises(twopc.TwoPCError):
+        stream.run(failing)
+    failing.close()  # the query is over: its liveness record goes
+    assert ids(wh, TABLE) == Counter(range(10))
+    import sys
+
+    cli = [sys.executable, "-m", "twopc.cli"]
+    where = ["iceberg", "--sink-id", "ev", "--option", f"table={TABLE}"]
+    where += ["--option", f"warehouse={wh}", "--commit-log", str(tmp_path / "log")]
+    status = subprocess.run([*cli, "status", *where], capture_output=True, text=True, check=False)
+    assert "decided, not finished: [1]" in status.stdout, status.stdout + status.stderr
+    assert "commit  prepared" in status.stdout
+    recovered = subprocess.run(
+        [*cli, "recover", *where], capture_output=True, text=True, check=False
+    )
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert "recovered: 1 committed, 0 aborted" in recovered.stdout
+    assert ids(wh, TABLE) == Counter(range(20))
+    assert unreferenced_data_files(wh, TABLE) == [] and records_left(wh, TABLE) == []
