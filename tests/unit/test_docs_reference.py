@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
-PUBLIC = ["twopc", "twopc.metrics", "twopc.testing", "twopc_files", "twopc_kafka", "twopc_jdbc"]
+PUBLIC = [
+    "twopc",
+    "twopc.metrics",
+    "twopc.testing",
+    "twopc_files",
+    "twopc_kafka",
+    "twopc_jdbc",
+    "twopc_iceberg",
+]
 """The packages whose ``__all__`` the reference covers."""
 WHOLE_MODULES = {"twopc.protocol", "twopc.errors", "twopc.progress", "twopc.faults"}
 """Modules the reference shows whole: the plugin contract among them."""
