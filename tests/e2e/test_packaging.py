@@ -79,12 +79,39 @@ def test_the_wheel_alone_in_a_new_virtualenv_lists_its_backends(dist: Path, tmp_
     _run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel)
     listed = json.loads(_run(env / "bin" / "twopc", "plugins", "--json", cwd=tmp_path))
     backends = {b["name"]: b for b in listed["backends"]}
-    assert set(backends) == {"files", "kafka", "mysql", "postgres"}
+    assert set(backends) == {"files", "kafka", "mysql", "postgres", "iceberg"}
     assert backends["files"]["usable"] is True
     assert backends["files"]["version"] == twopc.__version__
     assert 'pip install "twopc[kafka]"' in backends["kafka"]["reason"]
     assert 'pip install "twopc[postgres]"' in backends["postgres"]["reason"]
+    assert 'pip install "twopc[iceberg]"' in backends["iceberg"]["reason"]
     assert listed["pyspark"] == {"installed": False, "version": None}
     assert listed["failures"] == []
     version = _run(env / "bin" / "twopc", "--version", cwd=tmp_path)
     assert version.strip() == f"twopc {twopc.__version__}"
+
+
+@pytest.mark.extended
+def test_the_iceberg_extra_installs_on_its_own_without_spark(dist: Path, tmp_path: Path) -> None:
+    """``pip install "twopc[iceberg]"`` in a new virtualenv: the backend is usable, no
+    PySpark comes with it, and a batch written through the local engine reads back."""
+    (wheel,) = dist.glob("twopc-*.whl")
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env)
+    python = env / "bin" / "python"
+    _run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[iceberg]")
+    listed = json.loads(_run(env / "bin" / "twopc", "plugins", "--json", cwd=tmp_path))
+    backends = {b["name"]: b for b in listed["backends"]}
+    assert backends["iceberg"]["usable"] is True, backends["iceberg"]
+    assert listed["pyspark"] == {"installed": False, "version": None}
+    script = (
+        "import pyarrow as pa\n"
+        "from twopc import local\n"
+        "from twopc_iceberg import IcebergSink\n"
+        "sink = IcebergSink('db.t', warehouse='wh', create_table=True)\n"
+        "batches = [[pa.table({'id': pa.array(range(10), pa.int64())})]]\n"
+        "local.LocalStream('ck', batches).run(local.foreach_batch(sink, 's', commit_log='log'))\n"
+        "print(sorted(sink.load_table().scan().to_arrow()['id'].to_pylist()))\n"
+    )
+    out = _run(python, "-c", script, cwd=tmp_path)
+    assert out.strip().splitlines()[-1] == str(list(range(10)))
