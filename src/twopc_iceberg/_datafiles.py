@@ -103,7 +103,18 @@ def split_by_partition(
                 "a top-level column of the data"
             )
         transform = spec_field.transform.pyarrow_transform(source.field_type)
-        values[spec_field.name] = transform(batch.column(column))
+        source_values = batch.column(column)
+        if pa.types.is_large_binary(source_values.type):  # pyiceberg-core: binary, not large
+            source_values = source_values.cast(pa.binary())
+        elif pa.types.is_large_string(source_values.type):
+            source_values = source_values.cast(pa.string())
+        try:
+            values[spec_field.name] = transform(source_values)
+        except (ValueError, pa.ArrowException) as exc:
+            raise PermanentSinkError(
+                f"partition field {spec_field.name!r} ({spec_field.transform} of column "
+                f"{column!r}) cannot be computed: {exc}"
+            ) from None
     names = [f"__p{i}" for i in range(len(spec.fields))]
     keys = pa.table(dict(zip(names, values.values(), strict=True)))
     keys = keys.append_column("__row", pa.array(range(batch.num_rows), pa.int64()))
