@@ -428,3 +428,27 @@ def test_every_column_type_goes_in_and_comes_back(tmp_path: Path, partition_by: 
     back = scan(wh, TABLE).sort_by("id")
     assert back.to_pylist() == data.to_pylist()
     assert unreferenced_data_files(wh, TABLE) == []
+
+
+def test_a_reader_sees_every_batch_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A pyiceberg scan taken again and again while batches of three partitions commit
+    never shows part of a batch."""
+    import threading
+
+    wh = tmp_path / "wh"
+    sink = IcebergSink(TABLE, warehouse=str(wh), create_table=True)
+    run(sink, tmp_path, [[rows(0, 1)]], name="seed", sink_id="seed")  # the table exists
+    batches = [
+        [rows(b * 1000 + p * 100, b * 1000 + p * 100 + 100) for p in range(3)] for b in range(1, 9)
+    ]
+    writer = threading.Thread(target=run, args=(sink, tmp_path, batches))
+    writer.start()
+    seen_states = set()
+    while writer.is_alive() or not seen_states:
+        visible = set(ids(wh, TABLE)) - {0}
+        by_batch = Counter(i // 1000 for i in visible)
+        assert all(count == 300 for count in by_batch.values()), by_batch
+        seen_states.add(frozenset(by_batch))
+    writer.join()
+    assert len(ids(wh, TABLE)) == 1 + 8 * 300
+    assert len(seen_states) > 1  # the reader did look in between
