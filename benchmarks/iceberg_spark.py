@@ -72,6 +72,7 @@ def session(warehouse: Path, iceberg: str) -> Any:
         .appName("twopc-iceberg-bench")
         .config("spark.jars.packages", packages)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config(
             "spark.sql.extensions",
