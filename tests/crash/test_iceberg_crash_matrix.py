@@ -3,9 +3,10 @@ is SIGKILLed at every crash point of batch 1 (the driver at the driver's points,
 process at the task's), restarted from its checkpoint, and a pyiceberg scan of the table
 must then show every id exactly once, with no data file that no snapshot references and
 no attempt record left. The local engine runs two points in CI (a task's after it
-prepared, the driver's after the decision) and every point under ``--extended``; real Spark (the driver a PySpark
-process, the task a Python worker) runs one point in CI and every point under
-``--extended``; an executor killed on a two-executor cluster is extended too.
+prepared, the driver's after the decision) and every point under ``--extended``; real
+Spark (the driver a PySpark process, the task a Python worker) runs one point in CI and
+every point under ``--extended``; an executor killed on a two-executor cluster is extended
+too.
 """
 
 from __future__ import annotations
