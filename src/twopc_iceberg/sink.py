@@ -555,10 +555,13 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
     def _forget(self, table: Table, committables: Sequence[Committable]) -> None:
         """Remove the records of committed attempts (their data files stay: the table
         references them)."""
+        if not committables:
+            return
+        records = self._records(table, committables[0].sink_id)  # one batch: one sink id
         for c in committables:
             attempt = AttemptId.of(c)
             try:
-                self._records(table, c.sink_id).forget(attempt)
+                records.forget(attempt)
             except OSError as exc:
                 _log.warning("twopc iceberg: cannot remove the record of %s: %s", attempt, exc)
 
