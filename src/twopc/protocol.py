@@ -350,8 +350,10 @@ class LastResource(ABC):
 @dataclass(frozen=True)
 class SparkWrite:
     """One run of a batch written by Spark's own writer: what the engine runs is
-    ``df.write.format(format).options(**options).partitionBy(*partition_by)
-    .mode("overwrite").save(path)``.
+    ``df.selectExpr(*select).write.format(format).options(**options)
+    .partitionBy(*partition_by).mode("overwrite").save(path)`` (without ``selectExpr``
+    when ``select`` is empty), with ``session_conf`` set on the batch's Spark session for
+    the job and put back after it.
 
     ``path`` is a URI Spark's (Hadoop's) filesystems resolve (``file:///...``,
     ``hdfs://...``): a location of this run alone, hidden from readers, that the sink's
@@ -362,6 +364,12 @@ class SparkWrite:
     path: str
     options: Mapping[str, str] = field(default_factory=dict)
     partition_by: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    """Spark SQL expressions the batch is projected to before the write (casts to the
+    target's types, columns to partition by); empty: the batch's columns as they are."""
+    session_conf: Mapping[str, str] = field(default_factory=dict)
+    """Spark SQL settings the write needs that are not write options (for example
+    ``spark.sql.parquet.outputTimestampType``): set for the job only."""
 
 
 @dataclass(frozen=True)

@@ -150,13 +150,16 @@ class WrittenFile:
     size: int
     stats: Mapping[str, Any]
     """``DataFileStatistics.to_serialized_dict()``: counts and bounds per field id."""
+    field_ids: bool = True
+    """Whether the file's columns carry Iceberg field ids (Spark's writer's do not: readers
+    then match columns by name, through the table's name mapping)."""
 
     @property
     def rows(self) -> int:
         return int(self.stats["record_count"])
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "path": self.path,
             "spec_id": self.spec_id,
             "partition": [_encode(v) for v in self.partition],
@@ -164,6 +167,9 @@ class WrittenFile:
             "size": self.size,
             "stats": {key: _encode_stat(value) for key, value in self.stats.items()},
         }
+        if not self.field_ids:
+            data["field_ids"] = False
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WrittenFile:
@@ -175,6 +181,7 @@ class WrittenFile:
             partition_path=str(data.get("partition_path", "")),
             size=int(data["size"]),
             stats=stats,
+            field_ids=bool(data.get("field_ids", True)),
         )
 
     def data_file(self) -> DataFile:

@@ -14,17 +14,18 @@ re-applied blindly. ``mode="upsert"``: :mod:`twopc_iceberg._upsert`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.partitioning import PartitionKey
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 
 from twopc import (
     CommitError,
@@ -41,11 +42,15 @@ from twopc import (
     PermanentSinkError,
     RecoveryScope,
     Sink,
+    SparkOutput,
+    SparkWrite,
     TargetMarker,
     TaskContext,
     TransientSinkError,
     WorkKind,
+    WritesWithSpark,
 )
+from twopc.storage import is_local
 from twopc_iceberg._catalogs import catalog_properties, public_properties, without_commit_retries
 from twopc_iceberg._datafiles import (
     FileRoller,
@@ -71,6 +76,15 @@ from twopc_iceberg._options import (
     s3_storage_options,
 )
 from twopc_iceberg._records import GaveWay, RecordEntry, Records
+from twopc_iceberg._spark_write import (
+    SESSION_CONF,
+    WRITE_PATHS,
+    job_files,
+    projection,
+    spark_options,
+    stage_split,
+    table_refusals,
+)
 from twopc_iceberg._tables import TableAccess
 from twopc_iceberg._upsert import (
     Rewrite,
@@ -81,9 +95,11 @@ from twopc_iceberg._upsert import (
     plan_rewrite,
 )
 
-__all__ = ["MODES", "SCHEMA_EVOLUTION", "IcebergPayload", "IcebergSink"]
+__all__ = ["MODES", "SCHEMA_EVOLUTION", "WRITE_PATHS", "IcebergPayload", "IcebergSink"]
 
 _log = logging.getLogger("twopc.iceberg")
+
+NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
 
 
 @dataclass(frozen=True)
@@ -136,7 +152,7 @@ class _LostRace(Exception):
     """Another writer committed first; nothing of this commit landed."""
 
 
-class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
+class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, WritesWithSpark):
     """Exactly-once writes into an Apache Iceberg table, one snapshot per batch.
 
     Args:
@@ -160,6 +176,10 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
             another writer is tried again on the new head.
         storage_options: fsspec options for the data files; default from the catalog's
             ``s3.*`` properties.
+        write_path: Where phase 1 runs under ``twopc.foreach_batch`` and
+            ``twopc.write_batch``: ``"auto"`` (Spark's own Parquet writer where it can
+            write the table, else Python tasks), ``"spark"`` (Spark's writer, or a
+            :class:`~twopc.ConfigurationError` saying why it cannot) or ``"python"``.
     """
 
     backend_name: ClassVar[str] = "iceberg"
@@ -180,8 +200,10 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
         target_file_size: int | None = None,
         commit_retries: int = 10,
         storage_options: Mapping[str, Any] | None = None,
+        write_path: str = "auto",
     ) -> None:
         _check_options(table, mode, schema_evolution, key_columns, target_file_size)
+        check_choice("write_path", write_path, WRITE_PATHS)
         if not isinstance(commit_retries, int) or commit_retries < 0:
             raise ConfigurationError(
                 f"iceberg sink: commit_retries must be 0 or more, not {commit_retries!r}"
@@ -197,6 +219,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
         self.key_columns = tuple(key_columns)
         self.target_file_size = target_file_size
         self.commit_retries = commit_retries
+        self.write_path = write_path
         self.access = TableAccess(
             table=table,
             catalog=catalog,
@@ -327,6 +350,114 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
             data.fs.rm(directory, recursive=True)
         self._records(table, sink_id).forget(attempt)
 
+    # -- phase 1 by Spark's own writer (WritesWithSpark) ----------------------------------
+
+    def _spark_refusals(self) -> list[str]:
+        """Why Spark's writer cannot write this sink's batches (empty: it can)."""
+        reasons = []
+        if self.mode == "upsert":
+            reasons.append("mode='upsert' keeps each key's last row of a task in Python")
+        if self.access.add_columns:
+            reasons.append(
+                "schema_evolution='add_columns' needs the types of new columns before the "
+                "write, which Spark's write plan does not give"
+            )
+        if self.target_file_size is not None:
+            reasons.append("target_file_size: Spark's writer does not roll files by size")
+        if reasons:
+            return reasons
+        table = self.access.load()
+        if table is None:
+            return [
+                f"table {self.table} does not exist yet: the first batch creates it from "
+                "its column types in Python tasks (a writer started later uses Spark's)"
+            ]
+        data = self.access.data(table)
+        if not is_local(data.fs):
+            reasons.append(
+                f"the table's data path {data.prefix}{data.path} is not on the local "
+                "filesystem: Spark's committer and the staging would copy every file"
+            )
+        return reasons + table_refusals(table)
+
+    def spark_write_refusal(self) -> str | None:
+        if self.write_path == "python":
+            return "write_path='python'"
+        refusals = self._spark_refusals()
+        if not refusals:
+            return None
+        if self.write_path == "spark":
+            raise ConfigurationError(
+                f"iceberg sink: write_path='spark', but Spark's writer cannot write table "
+                f"{self.table}: {'; '.join(refusals)}"
+            )
+        return "; ".join(refusals)
+
+    def spark_write_required(self) -> bool:
+        return self.write_path == "spark"
+
+    def _spark_job(self, data_path: str, ctx: TaskContext) -> str:
+        """The write job's output: inside the directory of the run's partition 0, so that
+        whatever removes that attempt removes the job's leftovers too."""
+        return f"{attempt_data_dir(data_path, ctx.sink_id, AttemptId.of(ctx))}/_spark_job"
+
+    def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
+        table = self.access.require()
+        refusals = table_refusals(table)
+        if refusals:
+            raise ConfigurationError(
+                f"iceberg sink: table {self.table} changed since this query started, and "
+                f"Spark's writer cannot write it now: {'; '.join(refusals)}; restart the "
+                "query (it then writes in Python tasks)"
+            )
+        select, partition_by = projection(table, columns, self.table)
+        data = self.access.data(table)
+        self._records(table, ctx.sink_id).mark_started(AttemptId.of(ctx))
+        job = self._spark_job(data.path, ctx)
+        if data.fs.exists(job):
+            data.fs.rm(job, recursive=True)  # a run of this very name that died
+        return SparkWrite(
+            "parquet",
+            f"{data.prefix or 'file://'}{job}",
+            spark_options(table.properties),
+            partition_by,
+            select=select,
+            session_conf=dict(SESSION_CONF),
+        )
+
+    def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
+        """Move each Spark partition's files into the directory of its own attempt (as its
+        task would have written them), describe them from their footers, then record each
+        partition as prepared."""
+        table = self.access.require()
+        data = self.access.data(table)
+        records = self._records(table, ctx.sink_id)
+        job = self._spark_job(data.path, ctx)
+        with contextlib.suppress(AttributeError):
+            data.fs.invalidate_cache()
+        by_split: dict[int, list[str]] = {}
+        for found in job_files(data.fs, job):
+            by_split.setdefault(found.split, []).append(found.path)
+        outputs: list[tuple[AttemptId, Committable, int]] = []
+        for split in range(max(by_split, default=0) + 1):
+            split_ctx = replace(ctx, partition=split)
+            attempt = AttemptId.of(split_ctx)
+            if split:
+                records.mark_started(attempt)
+            directory = attempt_data_dir(data.path, ctx.sink_id, attempt)
+            files = stage_split(table, data, directory, by_split.get(split, []))
+            payload = IcebergPayload(self.table, tuple(files))
+            outputs.append(
+                (attempt, Committable.for_task(split_ctx, payload), sum(f.size for f in files))
+            )
+        data.fs.rm(job, recursive=True)  # Spark's _SUCCESS and what its committer left
+        result = []
+        for attempt, committable, size in outputs:
+            records.mark_prepared(attempt, committable)
+            payload = IcebergPayload.of(committable)
+            result.append(SparkOutput(committable, sum(f.rows for f in payload.files), size))
+        return result
+
     # -- phase 2 ---------------------------------------------------------------------------
 
     def commit_units(self, committables: Sequence[Committable]) -> list[list[Committable]]:
@@ -455,7 +586,11 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers):
         summary = after.summary(first.sink_id, first.query_id, attempts)
         rewrite = self._plan_rewrite(table, first, files) if self.mode == "upsert" else Rewrite()
         txn = without_commit_retries(table).transaction()
-        txn.set_properties({marker_property(first.sink_id, first.query_id): after.to_property()})
+        properties = {marker_property(first.sink_id, first.query_id): after.to_property()}
+        if table.metadata.name_mapping() is None and not all(f.field_ids for f in files):
+            # files without field ids (Spark's writer): readers match their columns by name
+            properties[NAME_MAPPING] = table.schema().name_mapping.model_dump_json()
+        txn.set_properties(properties)
         if rewrite.deleted:
             with txn.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
                 for old in rewrite.deleted:

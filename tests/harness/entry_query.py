@@ -54,7 +54,7 @@ def format_options(spec: SinkRecipe) -> dict[str, str]:
             options["transactional_id_prefix"] = spec.prefix
         return options
     if spec.backend == "iceberg":
-        extra = json.loads(spec.options) if spec.options else {}
+        extra = spec.iceberg_options()
         return {
             "sink": "iceberg",
             "table": spec.table,

@@ -35,6 +35,12 @@ class SinkRecipe:
         name another ``write_path`` (Spark's own writer has no task points)."""
         return {"write_path": "python", **(json.loads(self.options) if self.options else {})}
 
+    def iceberg_options(self) -> dict[str, Any]:
+        """The Iceberg sink's options besides table and warehouse: phase 1 in Python tasks
+        (the runs kill and stall tasks at their points) unless the options name another
+        ``write_path``."""
+        return {"write_path": "python", **(json.loads(self.options) if self.options else {})}
+
     def dumps(self) -> str:
         return json.dumps(asdict(self))
 
@@ -98,6 +104,6 @@ def build_sink(spec: SinkRecipe) -> twopc.Sink[Any]:
             table=spec.table,
             warehouse=spec.address,
             create_table=True,
-            **(json.loads(spec.options) if spec.options else {}),
+            **spec.iceberg_options(),
         )
     raise ValueError(f"unknown backend {spec.backend!r}")

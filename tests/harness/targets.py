@@ -446,10 +446,11 @@ class IcebergTarget(Target):
             p.removeprefix("file://") for p in table.inspect.all_files()["file_path"].to_pylist()
         }
         data = location / "data"
+        # every file: a Spark write job's leftovers (_SUCCESS, .crc checksums) count too
         unreferenced = [
             f"data file no snapshot references: {p.relative_to(location)}"
-            for p in sorted(data.rglob("*.parquet"))
-            if str(p) not in referenced
+            for p in sorted(data.rglob("*"))
+            if p.is_file() and str(p) not in referenced
         ]
         records = location / "twopc"
         left = [

@@ -86,3 +86,13 @@ def iceberg_sink(target: str) -> Sink[object]:
     """An Iceberg table in the embedded catalog (SQLite) of the warehouse ``target``,
     created by the first batch."""
     return twopc.create_sink("iceberg", table="kit.events", warehouse=target, create_table=True)
+
+
+def iceberg_spark_sink(target: str) -> Sink[object]:
+    """The same table created before the sink (the kit's columns), so that ``foreach_batch``
+    and ``write_batch`` run phase 1 as Spark's own write job (``write_path="auto"``)."""
+    import pyarrow as pa
+
+    sink = twopc.create_sink("iceberg", table="kit.events", warehouse=target, create_table=True)
+    sink.access.for_data(pa.schema([("id", pa.int64()), ("payload", pa.string())]))  # type: ignore[attr-defined]
+    return sink

@@ -1,7 +1,8 @@
 """The Iceberg backend passes the conformance kit against a real catalog: pyiceberg's SQL
 catalog on a SQLite file in the warehouse (the embedded default), read back with a
-pyiceberg table scan. Phase 1 runs in Python tasks on every entry point, so the suite's
-Spark checks are the only Spark variant."""
+pyiceberg table scan. Two classes: a table the first batch creates (phase 1 in Python tasks
+on every entry point), and a table that exists before the sink, which ``foreach_batch`` and
+``write_batch`` write through Spark's own writer (its Spark checks; under ``--extended``)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,7 @@ class _IcebergTarget:
 
 class TestIcebergConformance(_IcebergTarget, SinkConformanceSuite, GroupMemberChecks):
     sink_factory = "tests.kit.factories:iceberg_sink"
+
+
+class TestIcebergSparkWriteConformance(_IcebergTarget, SinkConformanceSuite):
+    sink_factory = "tests.kit.factories:iceberg_spark_sink"

@@ -116,6 +116,35 @@ def test_a_data_file_description_survives_json() -> None:
     assert data_file.lower_bounds == {1: b"\x01\x00", 2: b"a"}
 
 
+def test_a_file_without_field_ids_says_so_in_json() -> None:
+    import json
+    from dataclasses import replace
+
+    written = WrittenFile("file:///t/data/a.parquet", 0, (), "", 10, {"record_count": 1})
+    assert "field_ids" not in written.to_json()  # what the Python path wrote before
+    spark = replace(written, field_ids=False)
+    assert WrittenFile.from_json(json.loads(json.dumps(spark.to_json()))) == spark
+
+
+def test_spark_writes_flat_types_with_the_table_s_settings() -> None:
+    from pyiceberg.types import DecimalType, ListType, StringType, UUIDType
+
+    from twopc_iceberg._spark_write import spark_options, spark_type
+
+    assert spark_type(DecimalType(12, 2)) == "DECIMAL(12,2)"
+    assert spark_type(StringType()) == "STRING"
+    assert spark_type(UUIDType()) is None
+    assert spark_type(ListType(1, StringType())) is None
+    assert spark_options({}) == {"compression": "zstd", "partitionOverwriteMode": "static"}
+    options = spark_options(
+        {
+            "write.parquet.compression-codec": "uncompressed",
+            "write.parquet.row-group-size-bytes": "1048576",
+        }
+    )
+    assert options["compression"] == "none" and options["parquet.block.size"] == "1048576"
+
+
 def test_the_embedded_catalog_is_a_sqlite_file_in_the_warehouse(tmp_path: object) -> None:
     properties = catalog_properties("/data/wh", {})
     assert properties == {

@@ -5,10 +5,11 @@ status tracker tells how many tasks ran and whether a stage was re-attempted."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskOutcome, TaskReport
 from twopc.errors import PermanentSinkError, SinkError
-from twopc.protocol import TaskContext, WritesWithSpark
+from twopc.protocol import SparkWrite, TaskContext, WritesWithSpark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -363,24 +364,7 @@ class SparkEngine(BatchEngine):
         started = time.monotonic()
         with leaving_sink(task.sink_id, task.batch_id):
             write = sink.plan_spark_write(ctx, tuple(self._df.columns))
-        writer = self._df.write.format(write.format).mode("overwrite")
-        if write.options:
-            writer = writer.options(**write.options)
-        if write.partition_by:
-            writer = writer.partitionBy(*write.partition_by)
-        try:
-            self._tracked(lambda: writer.save(write.path), "the Spark write job failed")
-        except SinkError as exc:
-            cause = exc.__cause__
-            if cause is not None and _is_analysis_error(cause):
-                # refused while planning, before any task ran: the data cannot be written
-                # this way (a type the format cannot hold), so a retry would fail the same
-                raise PermanentSinkError(
-                    f"Spark's {write.format} writer refused the batch: {worker_error(cause)}",
-                    sink_id=task.sink_id,
-                    batch_id=task.batch_id,
-                ) from cause
-            raise
+        self._save(task, write)
         with leaving_sink(task.sink_id, task.batch_id, what="preparing Spark's output failed: "):
             outputs = sink.spark_written(ctx, write)
         seconds = time.monotonic() - started
@@ -397,6 +381,46 @@ class SparkEngine(BatchEngine):
             for output in outputs
         ]
 
+    def _save(self, task: Phase1Task, write: SparkWrite) -> None:
+        """Run the sink's planned write job; a refusal or a value the job cannot write is a
+        :class:`~twopc.PermanentSinkError` (a retry fails the same), anything else a
+        :class:`~twopc.SinkError`."""
+
+        def save() -> None:
+            # the projection is analysed here (eagerly in classic Spark): a cast the data
+            # cannot take is refused like the writer's own refusals
+            frame = self._df.selectExpr(*write.select) if write.select else self._df
+            writer = frame.write.format(write.format).mode("overwrite")
+            if write.options:
+                writer = writer.options(**write.options)
+            if write.partition_by:
+                writer = writer.partitionBy(*write.partition_by)
+            with _session_conf(self._df.sparkSession, write.session_conf):
+                writer.save(write.path)
+
+        try:
+            self._tracked(save, "the Spark write job failed")
+        except SinkError as exc:
+            cause = exc.__cause__
+            if cause is not None and _is_analysis_error(cause):
+                # refused while planning, before any task ran: the data cannot be written
+                # this way (a type the format cannot hold), so a retry would fail the same
+                raise PermanentSinkError(
+                    f"Spark's {write.format} writer refused the batch: {worker_error(cause)}",
+                    sink_id=task.sink_id,
+                    batch_id=task.batch_id,
+                ) from cause
+            if cause is not None and (data_error := _data_error(cause)) is not None:
+                # a value the projection's casts cannot take (ANSI casts fail the task):
+                # the same rows fail the same way on every retry
+                raise PermanentSinkError(
+                    f"Spark's writer cannot write a value of the batch ({data_error}): "
+                    f"{worker_error(cause)}",
+                    sink_id=task.sink_id,
+                    batch_id=task.batch_id,
+                ) from cause
+            raise
+
     def discard(self) -> None:
         """Evaluate every partition, writing nothing: a stateful query's state stores must
         commit for the replayed batch too, or Spark fails its commit validation. A batch
@@ -405,10 +429,47 @@ class SparkEngine(BatchEngine):
             self._df.write.format("noop").mode("overwrite").save()
 
 
+@contextlib.contextmanager
+def _session_conf(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the block, then each put back as it was (unset
+    where it was not set). The batch's session is the query's own (a clone of the user's
+    in classic Spark), used by one batch at a time."""
+    if not settings:
+        yield
+        return
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def _is_analysis_error(exc: BaseException) -> bool:
     """Whether Spark refused a write while planning it (``AnalysisException``), classic or
     over Spark Connect."""
     return any(cls.__name__ == "AnalysisException" for cls in type(exc).__mro__)
+
+
+_DATA_ERRORS = (
+    "CAST_INVALID_INPUT",
+    "CAST_OVERFLOW",
+    "CAST_OVERFLOW_IN_TABLE_INSERT",
+    "NUMERIC_VALUE_OUT_OF_RANGE",
+)
+"""Spark's error classes for a value a cast cannot take (with ANSI casts)."""
+
+
+def _data_error(exc: BaseException) -> str | None:
+    """The error class when Spark's job failed on a value a cast cannot take, else
+    ``None``. Read from the text: the task's error reaches the driver only as text."""
+    text = str(exc)
+    return next((name for name in _DATA_ERRORS if f"[{name}" in text), None)
 
 
 def worker_error(exc: BaseException, limit: int = 2000) -> str:
