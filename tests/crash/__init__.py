@@ -14,13 +14,18 @@ prepared, staged or open. By crash kind:
 * **A group of targets** (``twopc.SinkGroup``: PostgreSQL + MariaDB, files + PostgreSQL),
   the driver SIGKILLed at every driver point, local engine and real Spark:
   ``test_group_crash_matrix.py``.
+* **Iceberg**: ``test_iceberg_crash_matrix.py`` (every point, local engine and real Spark,
+  both write paths, an executor killed), ``test_iceberg_catalog_crash.py`` (the catalog on
+  PostgreSQL, its database killed), ``test_iceberg_rest_catalog.py`` (the REST catalog's
+  server killed under a decided batch, two queries racing through it).
 * **Crashes during recovery** (a second and third crash inside recovery, then a clean
   restart): ``test_recovery_crashes.py``.
 * **Prepared work lost on the service** after a driver crash (a prepared transaction rolled
   back or committed by hand): ``test_prepared_gone.py``.
 
 Elsewhere, by what they test rather than how they crash: executor and mid-write kills of
-Spark's own writer (``tests/e2e/test_spark_write_path.py``), the driver of each entry point
+Spark's own writer (``tests/e2e/test_spark_write_path.py``, for Iceberg
+``tests/e2e/test_iceberg_spark_write.py``), the driver of each entry point
 killed between decision and commit (``tests/e2e/test_batch_write.py``,
 ``test_datasource.py``, ``test_spark_connect.py``, ``test_s3_spark.py``), the Kafka pipeline
 (``tests/e2e/test_kafka_spark.py``), ``twopc status``/``recover`` after a crash

@@ -37,7 +37,8 @@ def new_target(
 ) -> tuple[Target, SinkRecipe]:
     """A fresh namespace of ``backend`` (table, topic or directory; ``s3``: a prefix of the
     S3 API's bucket, written by the files sink; ``iceberg``: a table in a warehouse of its
-    own, its catalog on SQLite or, mode ``postgres``, on PostgreSQL) and its sink spec, on
+    own, its catalog on SQLite or, mode ``postgres``, on PostgreSQL, or, mode ``rest``, the
+    REST catalog) and its sink spec, on
     the services the session's fixtures start."""
     fixtures = {"postgres": "postgres_dsn", "mysql": "mysql_dsn", "kafka": "kafka_bootstrap"}
     keys = {
@@ -50,6 +51,8 @@ def new_target(
         env = request.getfixturevalue("s3_store").env()
     if backend == "iceberg" and mode == "postgres":  # the catalog on PostgreSQL
         env = {"POSTGRES_DSN": request.getfixturevalue("postgres_dsn")}
+    if backend == "iceberg" and mode == "rest":  # the REST catalog of scripts/services
+        env = {"ICEBERG_REST_URI": request.getfixturevalue("iceberg_rest_uri")}
     target = make_target(backend, env, mode if backend == "iceberg" else "")
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     return target, target.prepare(name, mode, tmp_path, kafka_partitions=3)

@@ -11,6 +11,7 @@ Fixtures:
   ``.storage_options()`` for s3fs)
 * ``schema_registry_url`` -> ``"http://127.0.0.1:18081/apis/ccompat/v7"`` (Apicurio Registry,
   Confluent-compatible API)
+* ``iceberg_rest_uri`` -> ``"http://127.0.0.1:18181"`` (an Iceberg REST catalog)
 * ``services``        -> :class:`ServiceControl`: ``kill(name)``, ``restart(name)``,
   ``start(name)``, ``stop(name)``, ``status()``; a service a test killed or stopped and did
   not bring back is restarted when the test ends, so later tests find it running.
@@ -72,6 +73,13 @@ def mysql_params(mysql_dsn: str) -> MysqlParams:
 def schema_registry_url(services_cli: Services) -> str:
     """Base URL of the test schema registry's Confluent-compatible API, started if needed."""
     return services_cli.start("registry")["SCHEMA_REGISTRY_URL"]
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest_uri(services_cli: Services) -> str:
+    """URL of the test Iceberg REST catalog (iceberg-core's handlers, tables in SQLite, the
+    warehouse under ``.services/iceberg-rest``), started if needed."""
+    return services_cli.start("iceberg-rest")["ICEBERG_REST_URI"]
 
 
 @dataclass(frozen=True)

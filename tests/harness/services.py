@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 REPO_DIR = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_DIR / "scripts" / "services"
 
-SERVICE_NAMES = ("kafka", "postgres", "mariadb", "registry", "s3")
+SERVICE_NAMES = ("kafka", "postgres", "mariadb", "registry", "s3", "iceberg-rest")
 # the name of the setting ``scripts/services env`` prints for each service
 ENV_KEYS = {
     "kafka": "KAFKA_BOOTSTRAP_SERVERS",
@@ -30,6 +30,7 @@ ENV_KEYS = {
     "mariadb": "MYSQL_DSN",
     "registry": "SCHEMA_REGISTRY_URL",
     "s3": "S3_ENDPOINT_URL",
+    "iceberg-rest": "ICEBERG_REST_URI",
 }
 
 

@@ -399,18 +399,23 @@ class S3FilesTarget(Target):
 
 class IcebergTarget(Target):
     """An Iceberg table per run, in a warehouse under the run directory; its catalog is the
-    embedded SQLite file (mode ``sqlite``) or pyiceberg's SQL catalog on the PostgreSQL of
-    ``scripts/services`` (mode ``postgres``). Read back with a pyiceberg scan; leftovers
-    are data files no snapshot references and the sink's attempt records."""
+    embedded SQLite file (mode ``sqlite``), pyiceberg's SQL catalog on the PostgreSQL of
+    ``scripts/services`` (mode ``postgres``) or the Iceberg REST catalog of
+    ``scripts/services`` (mode ``rest``: the table's location is the server's warehouse).
+    Read back with a pyiceberg scan; leftovers are files under the data path no snapshot
+    references and the sink's attempt records."""
 
     backend = "iceberg"
 
     def __init__(self, env: dict[str, str], mode: str = "sqlite") -> None:
         self.mode = mode
         self.dsn = env.get("POSTGRES_DSN", "") if mode == "postgres" else ""
-        self.service = "postgres" if mode == "postgres" else None
+        self.rest_uri = env.get("ICEBERG_REST_URI", "") if mode == "rest" else ""
+        self.service = {"postgres": "postgres", "rest": "iceberg-rest"}.get(mode)
 
     def catalog_properties(self, warehouse: Path) -> dict[str, str]:
+        if self.rest_uri:
+            return {"type": "rest", "uri": self.rest_uri}
         if self.mode != "postgres":
             return {}
         uri = self.dsn.replace("postgresql://", "postgresql+psycopg://", 1)
@@ -420,7 +425,8 @@ class IcebergTarget(Target):
         warehouse = run_dir / "warehouse"
         warehouse.mkdir(parents=True, exist_ok=True)
         table = f"r_{run_id.replace('-', '_')}.events"
-        options = {"catalog_properties": self.catalog_properties(warehouse)} if self.dsn else {}
+        properties = self.catalog_properties(warehouse)
+        options = {"catalog_properties": properties} if properties else {}
         return SinkRecipe(
             "iceberg", mode, run_id, str(warehouse), table, options=json.dumps(options)
         )
@@ -461,6 +467,11 @@ class IcebergTarget(Target):
         return unreferenced + left
 
     def alive(self) -> bool:
+        if self.rest_uri:
+            import urllib.request
+
+            with urllib.request.urlopen(f"{self.rest_uri}/v1/config", timeout=5) as response:
+                return response.status == 200
         if not self.dsn:
             return True
         import psycopg
@@ -469,14 +480,14 @@ class IcebergTarget(Target):
             return conn.execute("SELECT 1").fetchone() == (1,)
 
     def endpoint(self) -> tuple[str, int] | None:
-        if not self.dsn:
+        if not (self.dsn or self.rest_uri):
             return None
-        parts = urlsplit(self.dsn)
+        parts = urlsplit(self.dsn or self.rest_uri)
         return parts.hostname or "127.0.0.1", parts.port or 0
 
     def cleanup(self, spec: SinkRecipe) -> None:
         sink = self._sink(spec)
-        if self.dsn:
+        if self.dsn or self.rest_uri:
             catalog = sink.access.catalog_object()
             namespace = spec.table.rsplit(".", 1)[0]
             with contextlib.suppress(Exception):
