@@ -9,19 +9,22 @@ what the Python path writes: the table's types (the projection casts to them, wi
 casts, so a value that does not fit fails the batch instead of becoming null), timestamps
 as microseconds, one partition per file.
 
-Identity partitions are written by ``partitionBy`` on a hidden copy of each source column:
-the real column stays in the files, and a file's partition value is read back from its
-footer (every row of the file holds it), never parsed from Spark's directory names. String
-copies are prefixed so that an empty string and a null land in different directories
-(Spark writes both as its default partition). Other transforms (``day``, ``bucket`` ...)
-stay with the Python path.
+Partitions are written by ``partitionBy`` on hidden columns, so the real columns stay in
+the files. For an identity partition the hidden column is a copy of the source column and
+a file's partition value is read back from its footer (every row of the file holds it),
+never parsed from Spark's directory names; string copies are prefixed so that an empty
+string and a null land in different directories (Spark writes both as its default
+partition). For ``year``, ``month``, ``day`` and ``hour`` the hidden column is the
+transform's integer, computed in Spark SQL without the session's time zone, and read back
+from the directory name. ``bucket`` and ``truncate`` stay with the Python path (Spark has no
+function for Iceberg's bucket hash).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -33,7 +36,14 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -102,6 +112,12 @@ _SPARK_TYPES: Mapping[type[IcebergType], str] = {
 _IDENTITY_TYPES = (BooleanType, IntegerType, LongType, StringType, DateType)
 """Source types of identity partitions whose value a file's footer gives exactly."""
 
+_TIME_TRANSFORMS = (YearTransform, MonthTransform, DayTransform, HourTransform)
+_TIME_TYPES = (DateType, TimestampType, TimestamptzType)
+
+_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+"""Spark's directory name for a null partition value."""
+
 _SPARK_FILE = re.compile(r"^part-(?P<split>\d+)-")
 
 
@@ -126,10 +142,13 @@ def table_refusals(table: Table) -> list[str]:
     schema = table.schema()
     for spec_field in table.spec().fields:
         source = schema.find_field(spec_field.source_id)
-        if not isinstance(spec_field.transform, IdentityTransform):
+        if isinstance(spec_field.transform, _TIME_TRANSFORMS):
+            if not isinstance(source.field_type, _TIME_TYPES):
+                reasons.append(f"partition field {spec_field.name!r} reads a {source.field_type}")
+        elif not isinstance(spec_field.transform, IdentityTransform):
             reasons.append(
                 f"partition field {spec_field.name!r} is {spec_field.transform}({source.name}) "
-                "(Spark's writer writes identity partitions only)"
+                "(Spark's writer writes identity, year, month, day and hour partitions)"
             )
         elif not isinstance(source.field_type, _IDENTITY_TYPES):
             reasons.append(
@@ -171,11 +190,47 @@ def projection(
             continue  # every row's value is null: one partition, nothing to split by
         hidden = PARTITION_COLUMN.format(index)
         value = f"CAST({_quoted(source.name)} AS {spark_type(source.field_type)})"
-        if isinstance(source.field_type, StringType):
+        if isinstance(spec_field.transform, _TIME_TRANSFORMS):
+            value = time_transform(spec_field.transform, source.field_type, value)
+        elif isinstance(source.field_type, StringType):
             value = f"concat('{_STRING_MARK}', {value})"
         select.append(f"{value} AS {_quoted(hidden)}")
         partition_by.append(hidden)
     return tuple(select), tuple(partition_by)
+
+
+_MICROS_PER_DAY = 86_400_000_000
+_MICROS_PER_HOUR = 3_600_000_000
+
+
+def _floor_div(value: str, divisor: int) -> str:
+    """Integer floor division in Spark SQL (``div`` truncates toward zero)."""
+    return f"(({value}) - pmod({value}, {divisor})) div {divisor}"
+
+
+def time_transform(transform: Transform[Any, Any], source: IcebergType, value: str) -> str:
+    """A Spark SQL expression of ``transform`` applied to ``value`` (a column cast to the
+    table's type), with Iceberg's result: years, months, days or hours since 1970-01-01
+    00:00 UTC, as an integer. Never through the session's time zone: a ``TIMESTAMP`` is
+    taken as its instant (``unix_micros``), a ``TIMESTAMP_NTZ`` as its wall clock."""
+    if isinstance(source, TimestamptzType):
+        micros = f"unix_micros({value})"
+        days = _floor_div(micros, _MICROS_PER_DAY)
+        hours = _floor_div(micros, _MICROS_PER_HOUR)
+        date = f"date_from_unix_date(CAST({days} AS INT))"
+    elif isinstance(source, TimestampType):
+        date = f"CAST({value} AS DATE)"
+        days = f"unix_date({date})"
+        hours = f"({days}) * 24 + hour({value})"
+    else:
+        date, days, hours = value, f"unix_date({value})", ""
+    expression = {
+        YearTransform: f"year({date}) - 1970",
+        MonthTransform: f"(year({date}) - 1970) * 12 + month({date}) - 1",
+        DayTransform: days,
+        HourTransform: hours,
+    }[type(transform)]
+    return f"CAST({expression} AS INT)"
 
 
 def spark_options(properties: Mapping[str, str]) -> dict[str, str]:
@@ -210,6 +265,9 @@ class JobFile:
     """fsspec path."""
     split: int
     """The Spark partition (task) that wrote it."""
+    directories: Mapping[str, str | None] = field(default_factory=dict)
+    """The values of the hidden partition columns, from Spark's directory names
+    (``None``: Spark's default partition, a null)."""
 
 
 def job_files(fs: Any, job: str) -> Iterator[JobFile]:
@@ -230,22 +288,33 @@ def job_files(fs: Any, job: str) -> Iterator[JobFile]:
             raise SinkError(
                 f"Spark's write job left {relative} in {job}, which is not one of its part files"
             )
-        yield JobFile(str(path), int(match["split"]))
+        values = dict(part.split("=", 1) for part in directories if "=" in part)
+        yield JobFile(
+            str(path),
+            int(match["split"]),
+            {k: None if v == _DEFAULT_PARTITION else v for k, v in values.items()},
+        )
 
 
-def partition_key_of(table: Table, metadata: pq.FileMetaData, path: str) -> PartitionKey | None:
-    """The partition of a file Spark wrote (``None`` for an unpartitioned table): each
+def partition_key_of(
+    table: Table, metadata: pq.FileMetaData, job_file: JobFile
+) -> PartitionKey | None:
+    """The partition of a file Spark wrote (``None`` for an unpartitioned table): an
     identity field's value from the footer's statistics, where every row holds the same
-    value. Raises :class:`~twopc.SinkError` when the file holds more than one."""
+    value (raises :class:`~twopc.SinkError` when the file holds more than one); a time
+    field's from the directory of its hidden column (an integer)."""
     spec, schema = table.spec(), table.schema()
     if spec.is_unpartitioned():
         return None
-    values = [
-        PartitionFieldValue(
-            spec_field, _single_value(metadata, schema.find_field(spec_field.source_id), path)
-        )
-        for spec_field in spec.fields
-    ]
+    values = []
+    for index, spec_field in enumerate(spec.fields):
+        source = schema.find_field(spec_field.source_id)
+        if isinstance(spec_field.transform, _TIME_TRANSFORMS):
+            found = job_file.directories.get(PARTITION_COLUMN.format(index))
+            value: Any = None if found is None else int(found)
+        else:
+            value = _single_value(metadata, source, job_file.path)
+        values.append(PartitionFieldValue(spec_field, value))
     return PartitionKey(field_values=values, partition_spec=spec, schema=schema)
 
 
@@ -293,19 +362,20 @@ def statistics_of(table: Table, metadata: pq.FileMetaData) -> dict[str, Any]:
 
 
 def stage_split(
-    table: Table, data: Place, directory: str, paths: Sequence[str]
+    table: Table, data: Place, directory: str, files: Sequence[JobFile]
 ) -> list[WrittenFile]:
     """One Spark partition's files, moved into ``directory`` (its attempt's) under their
     Iceberg partition paths, synced, and described; empty files (Spark writes one for a
     task without rows) are removed."""
     written = []
-    for number, path in enumerate(paths):
+    for number, job_file in enumerate(files):
+        path = job_file.path
         with data.fs.open(path, "rb") as handle:
             metadata = pq.read_metadata(handle)
         if metadata.num_rows == 0:
             data.fs.rm(path)
             continue
-        key = partition_key_of(table, metadata, path)
+        key = partition_key_of(table, metadata, job_file)
         partition_path = key.to_path() if key is not None else ""
         target_dir = f"{directory}/{partition_path}" if partition_path else directory
         target = f"{target_dir}/part-{number:05d}.parquet"

@@ -79,6 +79,7 @@ from twopc_iceberg._records import GaveWay, RecordEntry, Records
 from twopc_iceberg._spark_write import (
     SESSION_CONF,
     WRITE_PATHS,
+    JobFile,
     job_files,
     projection,
     spark_options,
@@ -435,9 +436,9 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
         job = self._spark_job(data.path, ctx)
         with contextlib.suppress(AttributeError):
             data.fs.invalidate_cache()
-        by_split: dict[int, list[str]] = {}
+        by_split: dict[int, list[JobFile]] = {}
         for found in job_files(data.fs, job):
-            by_split.setdefault(found.split, []).append(found.path)
+            by_split.setdefault(found.split, []).append(found)
         outputs: list[tuple[AttemptId, Committable, int]] = []
         for split in range(max(by_split, default=0) + 1):
             split_ctx = replace(ctx, partition=split)

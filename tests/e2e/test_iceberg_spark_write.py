@@ -189,10 +189,10 @@ def test_what_the_spark_path_cannot_write_goes_to_python_tasks(tmp_path: Path) -
     _table(
         tmp_path / "wh",
         pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us"))]),
-        partition_by=["day(ts)"],
+        partition_by=["bucket(4, id)"],
     )
     cases = {
-        "day(ts)": IcebergSink(TABLE, warehouse=warehouse),
+        "bucket[4](id)": IcebergSink(TABLE, warehouse=warehouse),
         "mode='upsert'": IcebergSink(TABLE, warehouse=warehouse, mode="upsert", key_columns=["id"]),
         "add_columns": IcebergSink(TABLE, warehouse=warehouse, schema_evolution="add_columns"),
         "target_file_size": IcebergSink(TABLE, warehouse=warehouse, target_file_size=1 << 20),
@@ -204,7 +204,7 @@ def test_what_the_spark_path_cannot_write_goes_to_python_tasks(tmp_path: Path) -
         == "write_path='python'"
     )
     forced = IcebergSink(TABLE, warehouse=warehouse, write_path="spark")
-    with pytest.raises(twopc.ConfigurationError, match=r"write_path='spark'.*day\(ts\)"):
+    with pytest.raises(twopc.ConfigurationError, match=r"write_path='spark'.*bucket\[4\]\(id\)"):
         forced.spark_write_refusal()
     assert forced.spark_write_required()
 
@@ -288,3 +288,62 @@ def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> No
     assert target.leftovers(spec) == []
     table = build_sink(spec).load_table()
     assert "schema.name-mapping.default" in table.properties  # Spark's files were committed
+
+
+@pytest.mark.parametrize(
+    "partition_by",
+    [
+        pytest.param(["day(ts)", "month(day)"], id="day(ts)+month(day)"),
+        pytest.param(["hour(local_ts)"], id="hour(local_ts)"),
+        pytest.param(["year(ts)", "day(day)"], id="year(ts)+day(day)", marks=pytest.mark.extended),
+        pytest.param(
+            ["hour(ts)", "year(local_ts)"], id="hour(ts)+year(local_ts)", marks=pytest.mark.extended
+        ),
+    ],
+)
+def test_time_partitions_hold_the_rows_iceberg_puts_there(
+    spark: Any, tmp_path: Path, partition_by: list[str]
+) -> None:
+    """``year``/``month``/``day``/``hour`` partitions computed in Spark SQL: every row of each
+    data file has the file's partition value under pyiceberg's own transform, timestamps
+    before 1970 and nulls included, in a session whose time zone is not UTC."""
+    sink = _table(tmp_path / "wh", partition_by=partition_by)
+    frame = spark.sql(
+        """
+        SELECT id, CAST(NULL AS STRING) AS region,
+               CASE WHEN id = 7 THEN NULL ELSE date'1969-12-30' + CAST(id % 5 AS INT) END AS day,
+               CASE WHEN id = 3 THEN NULL
+                    ELSE timestamp'1969-12-31 22:30:00+00:00'
+                      + make_interval(0, 0, 0, 0, 0, CAST(id * 37 AS INT), 0)
+               END AS ts,
+               CAST('1969-12-31 23:10:00' AS TIMESTAMP_NTZ)
+                 + make_interval(0, 0, 0, 0, 0, CAST(id * 29 AS INT), 0) AS local_ts
+        FROM range(120)
+        """
+    ).repartition(2)
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        metrics = twopc.write_batch(
+            frame, sink, "spark-time", write_id="w1", commit_log=str(tmp_path / "log")
+        )
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    assert metrics.status == "committed" and metrics.rows == 120
+    table = sink.load_table()
+    assert table is not None
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(120))
+    spec, schema = table.spec(), table.schema()
+    files = table.inspect.files().to_pylist()
+    assert len(files) > 2
+    for entry in files:
+        rows = pq.read_table(entry["file_path"].removeprefix("file://"))
+        for spec_field in spec.fields:
+            source = schema.find_field(spec_field.source_id)
+            transform = spec_field.transform.pyarrow_transform(source.field_type)
+            values = transform(rows.column(source.name)).to_pylist()
+            wanted = entry["partition"][spec_field.name]
+            if isinstance(wanted, datetime.date):  # a day partition reads back as a date
+                wanted = (wanted - datetime.date(1970, 1, 1)).days
+            assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
+    assert _unreferenced(sink) == []
