@@ -85,6 +85,8 @@ def session(warehouse: Path, iceberg: str) -> Any:
         .config(f"spark.sql.catalog.{CATALOG}.type", "jdbc")
         .config(f"spark.sql.catalog.{CATALOG}.uri", f"jdbc:sqlite:{warehouse}/twopc-catalog.db")
         .config(f"spark.sql.catalog.{CATALOG}.warehouse", f"file://{warehouse}")
+        # twopc commits through pyiceberg: Spark must not read a table from its own cache
+        .config(f"spark.sql.catalog.{CATALOG}.cache-enabled", "false")
         .getOrCreate()
     )
 
