@@ -27,7 +27,7 @@ import pytest
 
 import twopc
 from tests.harness.backend_cases import add_input
-from tests.harness.entry_runs import command, kill_when, run
+from tests.harness.entry_runs import command, kill_executors_when, kill_when, run
 from tests.harness.exactly_once import assert_exactly_once
 from tests.harness.sink_recipe import SinkRecipe, build_sink
 from tests.harness.targets import IcebergTarget
@@ -266,6 +266,32 @@ def test_driver_sigkilled_in_the_middle_of_the_spark_write_job(tmp_path: Path) -
     assert target.leftovers(spec) == []
     sink = build_sink(spec)
     assert isinstance(sink, IcebergSink) and sink.write_path == "spark"
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+def test_an_executor_sigkilled_mid_job_is_retried_by_spark(tmp_path: Path) -> None:
+    """``local-cluster``: both executor JVMs are SIGKILLed while batch 1's write job runs;
+    Spark runs the job's tasks again on new executors inside the same job, its committer
+    keeping one attempt per partition. The batch commits once, in the same query run, and
+    nothing is left unreferenced."""
+    spec = _spec(tmp_path)
+    source = tmp_path / "in"
+    expected = set().union(*(add_input(source, b) for b in range(3)))
+    target = IcebergTarget({})
+    args = [
+        *command("foreach", spec, source, tmp_path / "chk", master="local-cluster[2,1,1024]"),
+        *["--slow-ids", f"{40 * CRASH_BATCH}:{40 * CRASH_BATCH + 40}", "--slow-ms", "150"],
+    ]
+    returncode, output = kill_executors_when(
+        args,
+        tmp_path / "query.log",
+        lambda: _in_job(Path(spec.address), CRASH_BATCH),
+        "batch 1's write job started",
+    )
+    assert returncode == 0, output[-3000:]
+    assert_exactly_once(target.committed(spec), expected)
+    assert target.leftovers(spec) == []
 
 
 @pytest.mark.slow
