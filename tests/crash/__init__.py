@@ -16,8 +16,8 @@ prepared, staged or open. By crash kind:
   ``test_group_crash_matrix.py``.
 * **Iceberg**: ``test_iceberg_crash_matrix.py`` (every point, local engine and real Spark,
   both write paths, an executor killed), ``test_iceberg_catalog_crash.py`` (the catalog on
-  PostgreSQL, its database killed), ``test_iceberg_rest_catalog.py`` (the REST catalog's
-  server killed under a decided batch, two queries racing through it).
+  PostgreSQL and the REST catalog, their services killed under a decided batch; two
+  queries racing through the REST catalog).
 * **Crashes during recovery** (a second and third crash inside recovery, then a clean
   restart): ``test_recovery_crashes.py``.
 * **Prepared work lost on the service** after a driver crash (a prepared transaction rolled
