@@ -63,6 +63,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="start a Spark driver process per attempt (default: long-lived drivers)",
     )
+    parser.add_argument(
+        "--iceberg-write-path",
+        choices=("python", "spark"),
+        default="python",
+        help="where Iceberg runs on real Spark write phase 1 (spark: Spark's own writer, the "
+        "table created before the query; no worker kills)",
+    )
     parser.add_argument("--sink-factory", default="", help=argparse.SUPPRESS)  # tests only
     parser.add_argument("--list", action="store_true", help="print the scenarios and stop")
     args = parser.parse_args(argv)
@@ -75,7 +82,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    options = Options(tuple(args.backend), tuple(args.target), args.spark_share)
+    options = Options(
+        tuple(args.backend), tuple(args.target), args.spark_share, args.iceberg_write_path
+    )
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(10**9)
     seeds = list(range(first, first + args.runs))
     if args.seeds:
@@ -95,7 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     runner = Runner(
-        args.workdir, Services(), args.sink_factory, args.max_restarts, warm=not args.cold_spark
+        args.workdir,
+        Services(),
+        args.sink_factory,
+        args.max_restarts,
+        warm=not args.cold_spark,
+        iceberg_write_path=args.iceberg_write_path,
     )
     try:
         results, seconds = _campaign(runner, scenarios, options, args, first)

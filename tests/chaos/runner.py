@@ -27,7 +27,7 @@ from tests.harness.recipe_spark_query import STOP_AFTER_ENV
 from tests.harness.services import Services
 from tests.harness.sink_recipe import SinkRecipe
 from tests.harness.standalone import standalone_cluster
-from tests.harness.targets import Target, make_target
+from tests.harness.targets import IcebergTarget, Target, make_target
 
 LOCAL_TIMEOUT = 90.0
 SPARK_TIMEOUT = 300.0
@@ -93,8 +93,10 @@ class Runner:
         max_restarts: int = 6,
         *,
         warm: bool = True,
+        iceberg_write_path: str = "python",
     ) -> None:
         self.workdir = workdir
+        self.iceberg_write_path = iceberg_write_path
         self.services = services
         self.factory = factory
         self.max_restarts = max_restarts
@@ -136,6 +138,12 @@ class Runner:
         try:
             self._ensure_up(target)
             spec = target.prepare(run_id, scenario.mode, run_dir, scenario.kafka_partitions)
+            if (
+                isinstance(target, IcebergTarget)
+                and scenario.engine == "spark"
+                and self.iceberg_write_path == "spark"
+            ):
+                spec = target.for_spark_writer(spec)
             if self.factory and isinstance(spec, SinkRecipe):
                 spec = replace(spec, factory=self.factory)
             if scenario.event == "restore" and scenario.variant != "log-inside":

@@ -147,11 +147,14 @@ PAUSE_SECONDS = (1.0, 8.0)
 class Options:
     """What narrows the draw: the backends (``kafka`` or ``kafka:atomic``; ``group``, or
     ``group:postgres+kafka`` for groups of those members only), the kill targets and the
-    share of runs on real Spark."""
+    share of runs on real Spark; where an Iceberg run on real Spark writes phase 1
+    (``python`` tasks, or Spark's own writer: ``spark``, which has no Python worker to
+    kill)."""
 
     backends: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
     spark_share: float = 0.01
+    iceberg_write_path: str = "python"
 
     def combos(self) -> list[tuple[str, str]]:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
@@ -179,6 +182,8 @@ class Options:
         """The command-line flags that reproduce this draw (with ``--seed``)."""
         flags = [f"--backend={b}" for b in self.backends]
         flags += [f"--target={t}" for t in self.targets]
+        if self.iceberg_write_path != "python":
+            flags.append(f"--iceberg-write-path={self.iceberg_write_path}")
         return [*flags, f"--spark-share={self.spark_share:g}"]
 
 
@@ -276,10 +281,11 @@ def draw(seed: int, options: Options) -> Scenario:
     drawn = [c for c in combos if c[0] not in STORE_VARIANTS] or combos  # variants of files
     backend, mode = rng.choices(drawn, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in drawn])[0]
     backend, mode = _store(seed, backend, mode, combos)
-    weights = _weights(backend, spark, options.targets, mode)
+    writer = options.iceberg_write_path
+    weights = _weights(backend, spark, options.targets, mode, writer)
     if not weights:
-        if not spark and _weights(backend, True, options.targets, mode):
-            spark, weights = True, _weights(backend, True, options.targets, mode)
+        if not spark and _weights(backend, True, options.targets, mode, writer):
+            spark, weights = True, _weights(backend, True, options.targets, mode, writer)
         else:
             raise NoScenario(f"no kill target of {options.targets} applies to {backend}")
     target = rng.choices(list(weights), list(weights.values()))[0]
@@ -466,10 +472,18 @@ def _event_applies(event: str, backend: str, mode: str, engine: str, partitions:
     return True
 
 
-def _weights(backend: str, spark: bool, targets: Sequence[str], mode: str = "") -> dict[str, float]:
+def _weights(
+    backend: str,
+    spark: bool,
+    targets: Sequence[str],
+    mode: str = "",
+    iceberg_write_path: str = "python",
+) -> dict[str, float]:
     table = SPARK_WEIGHTS if spark else LOCAL_WEIGHTS[backend]
     if backend == "iceberg" and mode != "postgres":
         table = {t: w for t, w in table.items() if t != "service"}  # SQLite: no service
+    if backend == "iceberg" and spark and iceberg_write_path == "spark":
+        table = {t: w for t, w in table.items() if t != "worker"}  # Spark's writer: no worker
     return {t: w for t, w in table.items() if not targets or t in targets}
 
 

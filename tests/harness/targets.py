@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -435,6 +436,15 @@ class IcebergTarget(Target):
         from tests.harness.sink_recipe import build_sink
 
         return build_sink(spec)
+
+    def for_spark_writer(self, spec: SinkRecipe) -> SinkRecipe:
+        """The run's sink on Spark's own write path: its table created now with the test
+        query's columns (that path writes tables that exist), ``write_path="spark"``."""
+        import pyarrow as pa
+
+        self._sink(spec).access.for_data(pa.schema([("id", pa.int64()), ("payload", pa.string())]))
+        options = {**json.loads(spec.options or "{}"), "write_path": "spark"}
+        return replace(spec, options=json.dumps(options))
 
     def committed(self, spec: SinkRecipe) -> Counter[int]:
         table = self._sink(spec).load_table()
