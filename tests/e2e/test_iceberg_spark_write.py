@@ -373,3 +373,50 @@ def test_time_partitions_hold_the_rows_iceberg_puts_there(
                 wanted = (wanted - datetime.date(1970, 1, 1)).days
             assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
     assert _unreferenced(sink) == []
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+@pytest.mark.integration
+@pytest.mark.parametrize("write_path", ["spark", "python"])
+def test_a_spark_query_through_the_rest_catalog_survives_its_driver_killed(
+    iceberg_rest_uri: str, tmp_path: Path, write_path: str
+) -> None:
+    """A streaming query on real Spark whose table lives in the REST catalog (the
+    ``iceberg-rest`` service), on each write path: its driver SIGKILLed after batch 1's
+    decision, the query started again; a scan through the catalog shows every id once."""
+    import signal
+
+    spec = SinkRecipe(
+        "iceberg",
+        "rest",
+        f"isr-{uuid.uuid4().hex[:8]}",
+        str(tmp_path / "wh"),
+        f"r{uuid.uuid4().hex[:8]}.events",
+        options=json.dumps(
+            {
+                "catalog_properties": {"type": "rest", "uri": iceberg_rest_uri},
+                "write_path": write_path,
+            }
+        ),
+    )
+    sink = build_sink(spec)
+    assert isinstance(sink, IcebergSink)
+    sink.access.for_data(pa.schema([("id", pa.int64()), ("payload", pa.string())]))
+    target = IcebergTarget({"ICEBERG_REST_URI": iceberg_rest_uri}, "rest")
+    source = tmp_path / "in"
+    expected = set().union(*(add_input(source, b) for b in range(3)))
+    faults = f"after_decision:kill@batch={CRASH_BATCH}"
+    crashed = run(command("foreach", spec, source, tmp_path / "chk", faults=faults))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    finished = run(command("foreach", spec, source, tmp_path / "chk"))
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    try:
+        assert_exactly_once(target.committed(spec), expected)
+        assert target.leftovers(spec) == []
+        table = sink.load_table()
+        assert table is not None
+        named = "schema.name-mapping.default" in table.properties
+        assert named == (write_path == "spark")  # only Spark's files lack field ids
+    finally:
+        target.cleanup(spec)
