@@ -320,7 +320,7 @@ def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> No
     "partition_by",
     [
         pytest.param(["day(ts)", "month(day)"], id="day(ts)+month(day)"),
-        pytest.param(["hour(local_ts)"], id="hour(local_ts)"),
+        pytest.param(["hour(local_ts)"], id="hour(local_ts)", marks=pytest.mark.extended),
         pytest.param(["year(ts)", "day(day)"], id="year(ts)+day(day)", marks=pytest.mark.extended),
         pytest.param(
             ["hour(ts)", "year(local_ts)"], id="hour(ts)+year(local_ts)", marks=pytest.mark.extended
