@@ -420,3 +420,44 @@ def test_a_spark_query_through_the_rest_catalog_survives_its_driver_killed(
         assert named == (write_path == "spark")  # only Spark's files lack field ids
     finally:
         target.cleanup(spec)
+
+
+def test_an_empty_batch_commits_and_shows_nothing(spark: Any, tmp_path: Path) -> None:
+    """A batch without rows (Spark may still write an empty file per task): the batch is
+    committed (its marker moves), no data file is added, nothing is left."""
+    sink = _table(tmp_path / "wh", partition_by=["region"])
+    empty = _batch(spark, 10).where("id < 0")
+    metrics = twopc.write_batch(
+        empty, sink, "spark-empty", write_id="w1", commit_log=str(tmp_path / "log")
+    )
+    assert metrics.status == "committed" and metrics.rows == 0
+    table = sink.load_table()
+    assert table is not None
+    assert table.scan().to_arrow().num_rows == 0
+    assert table.inspect.files().num_rows == 0
+    assert any(key.startswith("twopc.committed.spark-empty.") for key in table.properties)
+    assert _unreferenced(sink) == []
+
+
+def test_a_group_member_writes_through_spark_s_writer(spark: Any, tmp_path: Path) -> None:
+    """In a ``SinkGroup`` each member chooses its own phase 1: the Iceberg member's table
+    exists, so Spark's writer writes it; the files member runs Python tasks. One decision,
+    both targets hold every row once."""
+    import pyarrow.dataset as ds
+
+    sink = _table(tmp_path / "wh")
+    audit = twopc.create_sink(
+        "files", path=str(tmp_path / "audit"), format="parquet", write_path="python"
+    )
+    group = twopc.SinkGroup({"lake": sink, "audit": audit})
+    frame = _batch(spark, 50)
+    metrics = twopc.write_batch(
+        frame, group, "spark-group", write_id="w1", commit_log=str(tmp_path / "log")
+    )
+    assert metrics.status == "committed"
+    table = sink.load_table()
+    assert table is not None
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(50))
+    assert "schema.name-mapping.default" in table.properties  # Spark's writer wrote it
+    audited = ds.dataset(str(tmp_path / "audit"), format="parquet").to_table()
+    assert sorted(audited.column("id").to_pylist()) == list(range(50))
