@@ -251,6 +251,7 @@ def write_json(
             "backends": list(options.backends),
             "targets": list(options.targets),
             "spark_share": options.spark_share,
+            "iceberg_write_path": options.iceberg_write_path,
         },
         "runs": len(results),
         "passed": sum(1 for r in results if r.passed),

@@ -185,3 +185,14 @@ def test_group_modes_narrow_the_draw_and_kafka_groups_reach_the_last_resource_po
         "postgres+kafka",
         "mysql+postgres",
     }
+
+
+def test_iceberg_spark_writer_runs_never_kill_a_python_worker() -> None:
+    """``--iceberg-write-path spark``: Spark's writer runs no Python task, so no Iceberg
+    run on Spark is drawn with a worker target; the flag reproduces the draw."""
+    options = Options(backends=("iceberg",), spark_share=1.0, iceberg_write_path="spark")
+    scenarios = [draw(seed, options) for seed in range(300)]
+    assert {s.target for s in scenarios} <= {"driver", "executor", "service"}
+    assert "--iceberg-write-path=spark" in options.repro_flags()
+    python = Options(backends=("iceberg",), spark_share=1.0)
+    assert "worker" in {draw(seed, python).target for seed in range(300)}
