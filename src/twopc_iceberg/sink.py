@@ -14,12 +14,11 @@ re-applied blindly. ``mode="upsert"``: :mod:`twopc_iceberg._upsert`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -37,7 +36,6 @@ from twopc import (
     Footprint,
     Inspection,
     KeepsMarkers,
-    Payload,
     PendingWork,
     PermanentSinkError,
     RecoveryScope,
@@ -50,7 +48,6 @@ from twopc import (
     WorkKind,
     WritesWithSpark,
 )
-from twopc.storage import is_local
 from twopc_iceberg._catalogs import catalog_properties, public_properties, without_commit_retries
 from twopc_iceberg._datafiles import (
     FileRoller,
@@ -75,17 +72,10 @@ from twopc_iceberg._options import (
     parse_partition_by,
     s3_storage_options,
 )
+from twopc_iceberg._payload import IcebergPayload
 from twopc_iceberg._records import GaveWay, RecordEntry, Records
-from twopc_iceberg._spark_write import (
-    SESSION_CONF,
-    WRITE_PATHS,
-    JobFile,
-    job_files,
-    projection,
-    spark_options,
-    stage_split,
-    table_refusals,
-)
+from twopc_iceberg._spark_phase1 import SparkPhase1
+from twopc_iceberg._spark_write import WRITE_PATHS
 from twopc_iceberg._tables import TableAccess
 from twopc_iceberg._upsert import (
     Rewrite,
@@ -101,33 +91,6 @@ __all__ = ["MODES", "SCHEMA_EVOLUTION", "WRITE_PATHS", "IcebergPayload", "Iceber
 _log = logging.getLogger("twopc.iceberg")
 
 NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
-
-
-@dataclass(frozen=True)
-class IcebergPayload(Payload):
-    """A task's committable: the table and the data files the attempt wrote."""
-
-    version: ClassVar[int] = 1
-
-    table: str
-    files: tuple[WrittenFile, ...]
-    key_columns: tuple[str, ...] = ()
-    """The upsert keys the files were deduplicated by; empty in ``append`` mode."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "files": [f.to_json() for f in self.files],
-            "key_columns": list(self.key_columns),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], version: int) -> IcebergPayload:
-        return cls(
-            table=str(data["table"]),
-            files=tuple(WrittenFile.from_json(f) for f in data["files"]),
-            key_columns=tuple(str(c) for c in data.get("key_columns", ())),
-        )
 
 
 @dataclass
@@ -353,38 +316,13 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
 
     # -- phase 1 by Spark's own writer (WritesWithSpark) ----------------------------------
 
-    def _spark_refusals(self) -> list[str]:
-        """Why Spark's writer cannot write this sink's batches (empty: it can)."""
-        reasons = []
-        if self.mode == "upsert":
-            reasons.append("mode='upsert' keeps each key's last row of a task in Python")
-        if self.access.add_columns:
-            reasons.append(
-                "schema_evolution='add_columns' needs the types of new columns before the "
-                "write, which Spark's write plan does not give"
-            )
-        if self.target_file_size is not None:
-            reasons.append("target_file_size: Spark's writer does not roll files by size")
-        if reasons:
-            return reasons
-        table = self.access.load()
-        if table is None:
-            return [
-                f"table {self.table} does not exist yet: the first batch creates it from "
-                "its column types in Python tasks (a writer started later uses Spark's)"
-            ]
-        data = self.access.data(table)
-        if not is_local(data.fs):
-            reasons.append(
-                f"the table's data path {data.prefix}{data.path} is not on the local "
-                "filesystem: Spark's committer and the staging would copy every file"
-            )
-        return reasons + table_refusals(table)
+    def _spark(self) -> SparkPhase1:
+        return SparkPhase1(self.access, self.table, self.mode, self.target_file_size)
 
     def spark_write_refusal(self) -> str | None:
         if self.write_path == "python":
             return "write_path='python'"
-        refusals = self._spark_refusals()
+        refusals = self._spark().refusals()
         if not refusals:
             return None
         if self.write_path == "spark":
@@ -397,67 +335,11 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
     def spark_write_required(self) -> bool:
         return self.write_path == "spark"
 
-    def _spark_job(self, data_path: str, ctx: TaskContext) -> str:
-        """The write job's output: inside the directory of the run's partition 0, so that
-        whatever removes that attempt removes the job's leftovers too."""
-        return f"{attempt_data_dir(data_path, ctx.sink_id, AttemptId.of(ctx))}/_spark_job"
-
     def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
-        table = self.access.require()
-        refusals = table_refusals(table)
-        if refusals:
-            raise ConfigurationError(
-                f"iceberg sink: table {self.table} changed since this query started, and "
-                f"Spark's writer cannot write it now: {'; '.join(refusals)}; restart the "
-                "query (it then writes in Python tasks)"
-            )
-        select, partition_by = projection(table, columns, self.table)
-        data = self.access.data(table)
-        self._records(table, ctx.sink_id).mark_started(AttemptId.of(ctx))
-        job = self._spark_job(data.path, ctx)
-        if data.fs.exists(job):
-            data.fs.rm(job, recursive=True)  # a run of this very name that died
-        return SparkWrite(
-            "parquet",
-            f"{data.prefix or 'file://'}{job}",
-            spark_options(table.properties),
-            partition_by,
-            select=select,
-            session_conf=dict(SESSION_CONF),
-        )
+        return self._spark().plan(ctx, columns)
 
     def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
-        """Move each Spark partition's files into the directory of its own attempt (as its
-        task would have written them), describe them from their footers, then record each
-        partition as prepared."""
-        table = self.access.require()
-        data = self.access.data(table)
-        records = self._records(table, ctx.sink_id)
-        job = self._spark_job(data.path, ctx)
-        with contextlib.suppress(AttributeError):
-            data.fs.invalidate_cache()
-        by_split: dict[int, list[JobFile]] = {}
-        for found in job_files(data.fs, job):
-            by_split.setdefault(found.split, []).append(found)
-        outputs: list[tuple[AttemptId, Committable, int]] = []
-        for split in range(max(by_split, default=0) + 1):
-            split_ctx = replace(ctx, partition=split)
-            attempt = AttemptId.of(split_ctx)
-            if split:
-                records.mark_started(attempt)
-            directory = attempt_data_dir(data.path, ctx.sink_id, attempt)
-            files = stage_split(table, data, directory, by_split.get(split, []))
-            payload = IcebergPayload(self.table, tuple(files))
-            outputs.append(
-                (attempt, Committable.for_task(split_ctx, payload), sum(f.size for f in files))
-            )
-        data.fs.rm(job, recursive=True)  # Spark's _SUCCESS and what its committer left
-        result = []
-        for attempt, committable, size in outputs:
-            records.mark_prepared(attempt, committable)
-            payload = IcebergPayload.of(committable)
-            result.append(SparkOutput(committable, sum(f.rows for f in payload.files), size))
-        return result
+        return self._spark().written(ctx, write)
 
     # -- phase 2 ---------------------------------------------------------------------------
 
