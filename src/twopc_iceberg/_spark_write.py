@@ -241,6 +241,11 @@ def spark_options(properties: Mapping[str, str]) -> dict[str, str]:
         "compression": "none" if codec == "uncompressed" else codec,
         # a fresh directory of the run's own: no other overwrite semantics apply
         "partitionOverwriteMode": "static",
+        # Nothing reads the run's directory before the job succeeded, and a failed job's
+        # directory is removed whole: the committer's second rename (algorithm 1) and its
+        # _SUCCESS file buy nothing here, and cost about a tenth of the job (measured)
+        "mapreduce.fileoutputcommitter.algorithm.version": "2",
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     }
     sizes = {
         "parquet.block.size": "write.parquet.row-group-size-bytes",

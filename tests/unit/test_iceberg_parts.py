@@ -135,7 +135,12 @@ def test_spark_writes_flat_types_with_the_table_s_settings() -> None:
     assert spark_type(StringType()) == "STRING"
     assert spark_type(UUIDType()) is None
     assert spark_type(ListType(1, StringType())) is None
-    assert spark_options({}) == {"compression": "zstd", "partitionOverwriteMode": "static"}
+    assert spark_options({}) == {
+        "compression": "zstd",
+        "partitionOverwriteMode": "static",
+        "mapreduce.fileoutputcommitter.algorithm.version": "2",
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    }
     options = spark_options(
         {
             "write.parquet.compression-codec": "uncompressed",
