@@ -16,6 +16,8 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pyiceberg.table import Table
+
 from twopc import (
     Committable,
     ConfigurationError,
@@ -85,10 +87,9 @@ class SparkPhase1:
         whatever removes that attempt removes the job's leftovers too."""
         return f"{attempt_data_dir(data_path, ctx.sink_id, AttemptId.of(ctx))}/_spark_job"
 
-    def plan(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
+    def plan(self, ctx: TaskContext, columns: Sequence[str], table: Table) -> SparkWrite:
         """Where and how Spark writes this run of the batch (:meth:`WritesWithSpark.
-        plan_spark_write`)."""
-        table = self.access.require()
+        plan_spark_write`) into ``table`` as the catalog holds it now."""
         refusals = table_refusals(table)
         if refusals:
             raise ConfigurationError(
@@ -111,10 +112,10 @@ class SparkPhase1:
             session_conf=dict(SESSION_CONF),
         )
 
-    def written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
+    def written(self, ctx: TaskContext, write: SparkWrite, table: Table) -> list[SparkOutput]:
         """Move each Spark partition's files into the directory of its own attempt,
-        describe them from their footers, then record each partition as prepared."""
-        table = self.access.require()
+        describe them from their footers (against ``table`` as :meth:`plan` saw it, whose
+        columns and spec the job wrote), then record each partition as prepared."""
         data = self.access.data(table)
         records = Records(self.access.home(table), ctx.sink_id)
         job = self._job(data.path, ctx)

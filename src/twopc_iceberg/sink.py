@@ -184,6 +184,9 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
         self.target_file_size = target_file_size
         self.commit_retries = commit_retries
         self.write_path = write_path
+        self._loaded: tuple[AttemptId | None, Table] | None = None
+        """The table as the Spark path last loaded it: for that run's staging (with its
+        attempt), then as its commit's first base (attempt ``None``); never pickled."""
         self.access = TableAccess(
             table=table,
             catalog=catalog,
@@ -336,10 +339,34 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
         return self.write_path == "spark"
 
     def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
-        return self._spark().plan(ctx, columns)
+        table = self.access.require()
+        self._loaded = (AttemptId.of(ctx), table)
+        return self._spark().plan(ctx, columns, table)
 
     def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
-        return self._spark().written(ctx, write)
+        """The job's output described against the table its plan saw (the job wrote that
+        table's columns and spec), which is also the first commit attempt's base."""
+        loaded = getattr(self, "_loaded", None)  # absent in a copy unpickled in a task
+        same_run = loaded is not None and loaded[0] == AttemptId.of(ctx)
+        table = loaded[1] if loaded is not None and same_run else self.access.require()
+        outputs = self._spark().written(ctx, write, table)
+        self._loaded = (None, table)
+        return outputs
+
+    def _base(self) -> Table:
+        """The table to commit on: the one this process loaded last for the batch, once
+        (a commit on a stale base loses the compare-and-swap and loads it again), else
+        loaded now."""
+        loaded = getattr(self, "_loaded", None)
+        self._loaded = None
+        return loaded[1] if loaded is not None and loaded[0] is None else self.access.require()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the tasks without the driver's loaded table (it holds the catalog's
+        connections)."""
+        state = dict(self.__dict__)
+        state.pop("_loaded", None)
+        return state
 
     # -- phase 2 ---------------------------------------------------------------------------
 
@@ -374,7 +401,7 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
             # an empty batch before any row created the table: nothing to commit
             return [CommitOutcome.COMMITTED] * len(committables)
         for attempt in range(self.commit_retries + 1):
-            table = self.access.require()
+            table = self._base() if attempt == 0 else self.access.require()
             marker = read_marker(table, first.sink_id, first.query_id) or NO_MARKER
             todo = [
                 i for i, c in enumerate(committables) if not marker.holds(c.batch_id, c.partition)

@@ -180,3 +180,15 @@ def test_credentials_never_show() -> None:
         "key": "AKIA",
         "client_kwargs": {"endpoint_url": "http://s3:9000", "region_name": "eu-west-1"},
     }
+
+
+def test_the_driver_s_loaded_table_never_travels_to_the_tasks(tmp_path: object) -> None:
+    """The Spark path keeps the table it loaded for the run's staging and commit; a copy of
+    the sink pickled for the tasks leaves it behind (it holds the catalog's connections)."""
+    import pickle
+
+    sink = IcebergSink("db.t", warehouse=str(tmp_path))
+    sink._loaded = (None, lambda: None)  # type: ignore[assignment]  # not picklable
+    copy = pickle.loads(pickle.dumps(sink))
+    assert not hasattr(copy, "_loaded") and copy.table == "db.t"
+    assert sink._loaded is not None  # the driver's own object keeps it
