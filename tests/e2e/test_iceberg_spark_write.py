@@ -29,6 +29,7 @@ import twopc
 from tests.harness.backend_cases import add_input
 from tests.harness.entry_runs import command, kill_executors_when, kill_when, run
 from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.iceberg import records_left, unreferenced_data_files
 from tests.harness.sink_recipe import SinkRecipe, build_sink
 from tests.harness.targets import IcebergTarget
 
@@ -89,15 +90,8 @@ def _batch(spark: Any, rows: int) -> Any:
 def _unreferenced(sink: IcebergSink) -> list[str]:
     """Every file under the table's data path that no snapshot references, and every
     attempt record: empty when nothing was left."""
-    table = sink.load_table()
-    assert table is not None
-    location = Path(table.location().removeprefix("file://"))
-    referenced = {
-        p.removeprefix("file://") for p in table.inspect.all_files()["file_path"].to_pylist()
-    }
-    files = [p for p in (location / "data").rglob("*") if p.is_file()]
-    records = [p for p in (location / "twopc").rglob("*") if p.is_file()]
-    return sorted(str(p) for p in files if str(p) not in referenced) + sorted(map(str, records))
+    warehouse = sink.access.properties["warehouse"].removeprefix("file://")
+    return unreferenced_data_files(warehouse, TABLE) + records_left(warehouse, TABLE)
 
 
 def test_values_types_and_identity_partitions_read_back_exactly(

@@ -33,13 +33,14 @@ def ids(warehouse: str | Path, table: str, column: str = "id") -> Counter[int]:
 
 
 def unreferenced_data_files(warehouse: str | Path, table: str) -> list[str]:
-    """Parquet files under the table's data path that no snapshot (of all the table keeps)
-    references: what a crash may leave and recovery must remove."""
+    """Files under the table's data path that no snapshot (of all the table keeps)
+    references: what a crash may leave and recovery must remove (a Spark write job's
+    ``_SUCCESS`` and ``.crc`` checksums included)."""
     loaded = load(warehouse, table)
     if loaded is None:
         return []
     data = Path(loaded.location().removeprefix("file://")) / "data"
-    on_disk = {str(p) for p in data.rglob("*.parquet")}
+    on_disk = {str(p) for p in data.rglob("*") if p.is_file()}
     referenced = {
         str(p).removeprefix("file://") for p in loaded.inspect.all_files()["file_path"].to_pylist()
     }
