@@ -23,6 +23,7 @@ from twopc._coordination.commit_log import CommitLog
 from twopc._engines.batch_write import write_batch
 from twopc._engines.registration import register
 from twopc._engines.spark import SparkBatchWriter, foreach_batch
+from twopc._operations.offsets import starting_offsets
 from twopc._operations.recover import RecoveryReport, recover_sink
 from twopc._operations.status import (
     Action,
@@ -45,12 +46,16 @@ from twopc.errors import (
     ConfigurationError,
     ExtraNotInstalledError,
     InjectedFault,
+    NoStoredOffsetsError,
+    OffsetsMismatchError,
     PermanentSinkError,
     PluginError,
     ReplayMismatchError,
     SinkError,
+    StartingOffsetsError,
     TransientSinkError,
     TwoPCError,
+    UnsafeStartError,
     UnsupportedFormatError,
 )
 from twopc.faults import CrashPoint, FaultPlan
@@ -79,6 +84,7 @@ from twopc.protocol import (
     Footprint,
     Inspection,
     KeepsMarkers,
+    KeepsSourceOffsets,
     LastResource,
     Payload,
     PendingWork,
@@ -86,6 +92,7 @@ from twopc.protocol import (
     Sink,
     SparkOutput,
     SparkWrite,
+    StoredBatch,
     TargetMarker,
     TaskContext,
     TracksWriters,
@@ -122,8 +129,11 @@ __all__ = [
     "Inspection",
     "ItemKind",
     "KeepsMarkers",
+    "KeepsSourceOffsets",
     "LastResource",
     "Member",
+    "NoStoredOffsetsError",
+    "OffsetsMismatchError",
     "Payload",
     "PendingWork",
     "PermanentSinkError",
@@ -146,13 +156,16 @@ __all__ = [
     "SparkBatchWriter",
     "SparkOutput",
     "SparkWrite",
+    "StartingOffsetsError",
     "StatusItem",
+    "StoredBatch",
     "TargetMarker",
     "TaskContext",
     "TaskMetrics",
     "TracksWriters",
     "TransientSinkError",
     "TwoPCError",
+    "UnsafeStartError",
     "UnsupportedFormatError",
     "WorkKind",
     "WriterRecord",
@@ -166,6 +179,7 @@ __all__ = [
     "recover_sink",
     "register",
     "sink_status",
+    "starting_offsets",
     "write_batch",
 ]
 

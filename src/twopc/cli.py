@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from twopc._operations.cli import add_ops_commands
+from twopc._operations.offsets_cli import add_offsets_command
 from twopc._version import __version__
 from twopc.errors import ConfigurationError
 from twopc.plugins import PluginRegistry
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.set_defaults(func=_plugins)
 
     add_ops_commands(commands)
+    add_offsets_command(commands)
 
     demo = commands.add_parser(
         "demo", help="exactly-once through a SIGKILL of the driver, on local Parquet files"

@@ -9,6 +9,10 @@ streaming query names what failed and why::
     │   ├── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
     │   ├── ExtraNotInstalledError    a feature's optional extra is missing (pip install hint)
     │   ├── ReplayMismatchError       a partly committed batch replayed in another shape
+    │   ├── StartingOffsetsError      the target cannot give a restart position:
+    │   │   ├── NoStoredOffsetsError  it holds no source offsets for the sink id
+    │   │   ├── UnsafeStartError      a batch is partly committed, or prepared work waits
+    │   │   └── OffsetsMismatchError  the stored offsets are for other topics
     │   └── UnsupportedFormatError    a record written by another twopc or sink version
     ├── PluginError                   plugin discovery and loading
     │   ├── BackendNotFoundError      no backend registered under that name
@@ -46,12 +50,16 @@ __all__ = [
     "ConfigurationError",
     "ExtraNotInstalledError",
     "InjectedFault",
+    "NoStoredOffsetsError",
+    "OffsetsMismatchError",
     "PermanentSinkError",
     "PluginError",
     "ReplayMismatchError",
     "SinkError",
+    "StartingOffsetsError",
     "TransientSinkError",
     "TwoPCError",
+    "UnsafeStartError",
     "UnsupportedFormatError",
 ]
 
@@ -145,6 +153,26 @@ class ReplayMismatchError(ConfigurationError):
     """A batch that may be partly committed is replayed in another shape (partition count,
     naming options or input) than its first run, so it can be neither skipped nor
     rewritten partition by partition without duplicating or losing rows."""
+
+
+class StartingOffsetsError(ConfigurationError):
+    """:func:`twopc.starting_offsets` cannot say where a new query may start; the message
+    says what the target holds and what to do."""
+
+
+class NoStoredOffsetsError(StartingOffsetsError):
+    """The target holds no source offsets for the sink id: nothing written yet, a query
+    whose source is not Kafka, a sink that does not keep them, or another sink id."""
+
+
+class UnsafeStartError(StartingOffsetsError):
+    """A batch is committed in some partitions and not in others, or prepared work of the
+    sink id waits for recovery: no start position gives every record exactly once until
+    ``twopc recover`` (with the commit log) has settled it."""
+
+
+class OffsetsMismatchError(StartingOffsetsError):
+    """The stored offsets are for other topics than the new query reads."""
 
 
 class UnsupportedFormatError(ConfigurationError):

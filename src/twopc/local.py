@@ -24,7 +24,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +41,7 @@ from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.groups import SinkGroup
+from twopc.progress import kafka_offsets_of
 from twopc.protocol import Sink
 from twopc.storage import atomic_write, filesystem_for, join
 
@@ -210,8 +211,14 @@ class LocalBatchWriter(BatchWriter):
         engine = self._engine(self.sink, partitions)
         with leaving_twopc(self.sink_id, batch_id):
             fingerprint = input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
+            offsets = kafka_offsets_of(checkpoint_root, batch_id) if checkpoint_root else None
         return self.run(
-            query_id, batch_id, engine, lambda: checkpoint_root, input_fingerprint=fingerprint
+            query_id,
+            batch_id,
+            engine,
+            lambda: checkpoint_root,
+            input_fingerprint=fingerprint,
+            source_offsets=offsets,
         )
 
     def _engine(self, sink: Sink[Any], partitions: Sequence[pa.Table]) -> BatchEngine:
@@ -263,11 +270,25 @@ class LocalStream:
     The checkpoint holds ``metadata`` (the query id, stable across restarts), ``offsets/N``
     and ``commits/N``. :meth:`run` resumes where the checkpoint says, re-running the last
     batch if it has an offset but no commit, exactly as Spark's micro-batch loop does.
+
+    With ``kafka_topic``, the stream's offsets look like a Kafka source's: partition *p* of
+    every batch is partition *p* of the topic, and ``offsets/N`` holds the next offset of
+    each partition after batch *N* (``starting_offsets`` plus the rows so far), so that the
+    output stores them as it does under Spark.
     """
 
-    def __init__(self, checkpoint: str, batches: Sequence[Sequence[pa.Table]]) -> None:
+    def __init__(
+        self,
+        checkpoint: str,
+        batches: Sequence[Sequence[pa.Table]],
+        *,
+        kafka_topic: str | None = None,
+        starting_offsets: Mapping[int, int] | None = None,
+    ) -> None:
         self.checkpoint = checkpoint
         self.batches = [list(b) for b in batches]
+        self.kafka_topic = kafka_topic
+        self.starting_offsets = dict(starting_offsets or {})
         self._fs, self._root = filesystem_for(checkpoint)
         self.query_id = self._load_or_create_query_id()
 
@@ -302,7 +323,17 @@ class LocalStream:
         rows = sum(t.num_rows for t in self.batches[batch_id])
         metadata = json.dumps({"batchTimestampMs": int(time.time() * 1000)})
         source = json.dumps({"rows": rows, "digest": digest.hexdigest()})
+        if self.kafka_topic is not None:
+            source = json.dumps({self.kafka_topic: self._kafka_offsets(batch_id)})
         return f"v1\n{metadata}\n{source}".encode()
+
+    def _kafka_offsets(self, batch_id: int) -> dict[str, int]:
+        """The next offset of each partition after ``batch_id``."""
+        ends = dict(self.starting_offsets)
+        for batch in self.batches[: batch_id + 1]:
+            for partition, table in enumerate(batch):
+                ends[partition] = ends.get(partition, 0) + table.num_rows
+        return {str(p): o for p, o in sorted(ends.items())}
 
     def run(self, writer: LocalBatchWriter) -> list[int]:
         """Run every batch not yet committed; returns the batch ids the writer was given.

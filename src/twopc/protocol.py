@@ -42,13 +42,15 @@ See ``docs/plugins.md`` for a complete plugin of each role.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
+from twopc._contract import spark_role as _spark_role
 from twopc._contract import values as _values
+from twopc._contract.spark_role import SparkOutput, SparkWrite, WritesWithSpark
 from twopc._contract.values import (
     COMMITTABLE_FORMAT_VERSION,
     CommitOutcome,
@@ -58,6 +60,7 @@ from twopc._contract.values import (
     Payload,
     PendingWork,
     RecoveryScope,
+    StoredBatch,
     TargetMarker,
     TaskContext,
     WorkKind,
@@ -72,6 +75,7 @@ __all__ = [
     "Footprint",
     "Inspection",
     "KeepsMarkers",
+    "KeepsSourceOffsets",
     "LastResource",
     "Payload",
     "PendingWork",
@@ -79,6 +83,7 @@ __all__ = [
     "Sink",
     "SparkOutput",
     "SparkWrite",
+    "StoredBatch",
     "TargetMarker",
     "TaskContext",
     "TracksWriters",
@@ -315,6 +320,29 @@ class CommitsInTask(KeepsMarkers, Generic[TxnT]):
         return 0
 
 
+class KeepsSourceOffsets(ABC):
+    """Optional role: the target stores each batch's source offsets
+    (:attr:`TaskContext.source_offsets`, :attr:`Committable.source_offsets`) atomically with
+    the batch's data, so that a query whose checkpoint is gone can start again where the
+    committed output ends (:func:`twopc.starting_offsets`).
+
+    Store them in the same transaction as the data: a task-commit sink with its marker
+    (with :attr:`TaskContext.partitions`), a driver-commit sink in what its commit makes
+    visible. Store nothing when they are ``None``. The core decides from what
+    :meth:`stored_offsets` returns where a new query may start, and refuses a partly
+    committed batch; the sink only reports what it holds.
+
+    A driver-commit sink without this role is served by its commit log's decisions, which
+    record the offsets too (the files sink keeps its commit log with its output).
+    """
+
+    @abstractmethod
+    def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
+        """For every query of ``sink_id``, the batches that are the newest commit of at
+        least one partition, with the offsets stored with them (read-only; ``[]`` when the
+        target holds nothing of the sink id)."""
+
+
 class LastResource(ABC):
     """Optional role of a :class:`CommitsInTask` sink that writes a batch as one
     transaction in one task (:attr:`Sink.single_task`): it may join a
@@ -342,111 +370,6 @@ class LastResource(ABC):
         task whose transaction may have committed anyway. Raise (a
         :class:`~twopc.TransientSinkError`) when the target cannot be asked: the group then
         decides nothing until it can."""
-
-
-# -- optional: phase 1 as Spark's own write job --------------------------------------------
-
-
-@dataclass(frozen=True)
-class SparkWrite:
-    """One run of a batch written by Spark's own writer: what the engine runs is
-    ``df.selectExpr(*select).write.format(format).options(**options)
-    .partitionBy(*partition_by).mode("overwrite").save(path)`` (without ``selectExpr``
-    when ``select`` is empty), with ``session_conf`` set on the batch's Spark session for
-    the job and put back after it.
-
-    ``path`` is a URI Spark's (Hadoop's) filesystems resolve (``file:///...``,
-    ``hdfs://...``): a location of this run alone, hidden from readers, that the sink's
-    :meth:`~Sink.sweep` removes when no prepared work came of it.
-    """
-
-    format: str
-    path: str
-    options: Mapping[str, str] = field(default_factory=dict)
-    partition_by: tuple[str, ...] = ()
-    select: tuple[str, ...] = ()
-    """Spark SQL expressions the batch is projected to before the write (casts to the
-    target's types, columns to partition by); empty: the batch's columns as they are."""
-    session_conf: Mapping[str, str] = field(default_factory=dict)
-    """Spark SQL settings the write needs that are not write options (for example
-    ``spark.sql.parquet.outputTimestampType``): set for the job only."""
-
-
-@dataclass(frozen=True)
-class SparkOutput:
-    """One unit of prepared work a sink made of a Spark write job's output: its committable,
-    and the rows and bytes it holds, for metrics (0 where the sink cannot tell cheaply)."""
-
-    committable: Committable
-    rows: int = 0
-    bytes: int = 0
-
-
-class WritesWithSpark(ABC):
-    """Optional role of a :class:`CommitsOnDriver` sink: Spark can write a batch itself.
-
-    The Spark adapter (``twopc.foreach_batch``, ``twopc.write_batch``) asks
-    :meth:`spark_write_refusal` once per writer. When it returns ``None``, phase 1 of every
-    batch is one Spark job and no Python worker touches the rows:
-
-    1. on the driver, :meth:`plan_spark_write` names a location of this run of the batch
-       (``ctx.attempt`` names the run) and how Spark writes there;
-    2. Spark's writer runs it, with its own output committer: failed, retried and
-       speculative task attempts are resolved inside that location;
-    3. on the driver again, :meth:`spark_written` turns the job's output into prepared work,
-       durable and found by :meth:`CommitsOnDriver.recover` from then on, one committable
-       per partition ``0..n-1`` of the batch.
-
-    The coordinator then decides and commits exactly as for work prepared by tasks. A job
-    that fails, or a driver that dies during it, leaves only the run's location, which no
-    committable names: :meth:`Sink.sweep` must remove it. The task side of the contract
-    still serves every other entry point (``format("twopc")``, whose writer runs in Python
-    tasks, the local engine) and the sinks' own tests.
-
-    Usage::
-
-        class MyFilesSink(Sink[Txn], CommitsOnDriver, WritesWithSpark):
-            def spark_write_refusal(self):
-                return None if self.format in ("parquet", "orc") else "format arrow"
-
-            def plan_spark_write(self, ctx, columns):
-                return SparkWrite(self.format, f"file://{self.root}/_staging/{ctx.attempt}")
-
-            def spark_written(self, ctx, write):
-                ...  # list write.path, stage the files per partition, return SparkOutputs
-    """
-
-    @abstractmethod
-    def spark_write_refusal(self) -> str | None:
-        """Why Spark's writer cannot write this sink's batches (the adapter then runs phase
-        1 in Python tasks and logs the reason), or ``None`` when it can. Raise
-        :class:`~twopc.ConfigurationError` when the sink's options insist on Spark's writer
-        and it cannot."""
-
-    def spark_write_required(self) -> bool:
-        """Whether the options insist on Spark's writer: entry points whose phase 1 always
-        runs in Python tasks (``format("twopc")``) refuse such a sink. Default ``False``."""
-        return False
-
-    @abstractmethod
-    def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
-        """Where and how Spark writes this run of the batch, on the driver, before the job.
-
-        ``ctx`` names the run: ``partition`` is 0 and ``attempt`` is unique among the
-        batch's runs. ``columns`` are the batch's columns. Prepare the location (remove
-        what an earlier run with the same name left); raise
-        :class:`~twopc.PermanentSinkError` for data the sink can never write (a partition
-        column that is missing)."""
-
-    @abstractmethod
-    def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
-        """After the job succeeded, on the driver: make its output prepared work.
-
-        Return one :class:`SparkOutput` per partition ``0..n-1`` of the batch (an empty
-        committable where a partition wrote nothing), each committable named by its
-        partition and ``ctx.attempt``. When this returns, committing them must succeed
-        from any process (:meth:`Sink.pre_commit`'s promise); if the driver dies before,
-        what is left must be found by ``recover`` (prepared, then aborted) or ``sweep``."""
 
 
 @dataclass(frozen=True)
@@ -495,8 +418,9 @@ class TracksWriters(ABC):
 
 # The values are defined in a private module and shown as this module's own (their home for
 # users, plugin authors, reprs and the reference docs).
-for _name in _values.__all__:
-    _value = getattr(_values, _name)
-    if isinstance(_value, type):
-        _value.__module__ = __name__
-del _name, _value
+for _module in (_values, _spark_role):
+    for _name in _module.__all__:
+        _value = getattr(_module, _name)
+        if isinstance(_value, type):
+            _value.__module__ = __name__
+del _module, _name, _value

@@ -190,7 +190,7 @@ def test_demo_without_pyspark_says_how_to_install_it(tmp_path: Path) -> None:
 def test_the_command_line_masks_option_secrets_and_url_passwords(
     password: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from twopc._operations.cli import _secrets_in, sink_options
+    from twopc._operations.cli import secrets_in, sink_options
     from twopc.cli import build_parser
     from twopc.secrets import redact
 
@@ -211,6 +211,6 @@ def test_the_command_line_masks_option_secrets_and_url_passwords(
         f"driver said: password={password} for postgresql://etl:{password}@db:5432/shop; "
         f"sasl {password}"
     )
-    masked = redact(text, _secrets_in(sink_options(args)))
+    masked = redact(text, secrets_in(sink_options(args)))
     assert password not in masked
     assert "postgresql://etl:***@db:5432/shop" in masked

@@ -14,7 +14,7 @@ from enum import Enum, StrEnum
 from typing import Any, ClassVar, TypeVar, cast
 
 from twopc.errors import UnsupportedFormatError
-from twopc.progress import ProgressInTask
+from twopc.progress import ProgressInTask, SourceOffsets
 
 __all__ = [
     "COMMITTABLE_FORMAT_VERSION",
@@ -25,6 +25,7 @@ __all__ = [
     "Payload",
     "PendingWork",
     "RecoveryScope",
+    "StoredBatch",
     "TargetMarker",
     "TaskContext",
     "WorkKind",
@@ -90,6 +91,16 @@ class TaskContext:
     earlier attempt's prepared work must leave it alone, even when that attempt has ended:
     it may have reported, and the driver may be about to commit it. When ``False``, an
     ended attempt's prepared work is a failed attempt's, which nothing will commit."""
+    source_offsets: SourceOffsets | None = None
+    """The source offsets the whole batch ends at (a Kafka source's, read from the
+    checkpoint), the same in every task of the batch; ``None`` when the query's source is
+    not Kafka or the engine cannot read them. A sink that keeps them with its output
+    (:class:`~twopc.protocol.KeepsSourceOffsets`) stores them atomically with the
+    partition's data."""
+    partitions: int = 0
+    """How many partitions the batch runs with, as the engine planned it; 0 when it cannot
+    tell before phase 1. Stored with per-partition source offsets, so that
+    :func:`twopc.starting_offsets` can tell a whole batch from a partly committed one."""
 
     @property
     def scope(self) -> RecoveryScope:
@@ -181,10 +192,17 @@ class Committable:
     attempt: int
     payload: Mapping[str, Any] = field(default_factory=dict)
     version: int = 1
+    source_offsets: SourceOffsets | None = None
+    """The source offsets the batch ends at (:attr:`TaskContext.source_offsets`), for a
+    driver-commit sink that stores them with what it commits
+    (:class:`~twopc.protocol.KeepsSourceOffsets`). The coordinator sets them from its
+    decision before :meth:`~twopc.protocol.CommitsOnDriver.commit`, also when recovery
+    finishes a decided batch."""
 
     @classmethod
     def for_task(cls, ctx: TaskContext, payload: Payload) -> Committable:
-        """The committable of the task ``ctx`` describes, carrying the sink's payload."""
+        """The committable of the task ``ctx`` describes, carrying the sink's payload and
+        the batch's source offsets."""
         return cls(
             sink_id=ctx.sink_id,
             query_id=ctx.query_id,
@@ -194,11 +212,19 @@ class Committable:
             # as JSON makes it: the same committable whether read back or not
             payload=json.loads(json.dumps(payload.to_json())),
             version=payload.version,
+            source_offsets=ctx.source_offsets,
         )
 
+    def with_source_offsets(self, offsets: SourceOffsets | None) -> Committable:
+        """This committable carrying ``offsets`` (itself when it already does)."""
+        if offsets == self.source_offsets:
+            return self
+        return dataclasses.replace(self, source_offsets=offsets)
+
     def to_json(self) -> dict[str, Any]:
-        """The committable as a JSON-able dict (the commit log's format)."""
-        return {
+        """The committable as a JSON-able dict (the commit log's format); the source
+        offsets only when it carries some (a reader of an older version ignores them)."""
+        body: dict[str, Any] = {
             "format": COMMITTABLE_FORMAT_VERSION,
             "sink_id": self.sink_id,
             "query_id": self.query_id,
@@ -208,6 +234,9 @@ class Committable:
             "version": self.version,
             "payload": dict(self.payload),
         }
+        if self.source_offsets is not None:
+            body["source_offsets"] = self.source_offsets.to_json()
+        return body
 
     def dumps(self) -> str:
         """The committable as compact JSON text (:meth:`to_json`, keys sorted), the same
@@ -239,6 +268,9 @@ class Committable:
                 attempt=int(data["attempt"]),
                 payload=dict(data.get("payload") or {}),
                 version=int(data.get("version", 1)),
+                source_offsets=SourceOffsets.from_json(data["source_offsets"])
+                if data.get("source_offsets")
+                else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(f"a committable is incomplete ({exc!r})") from exc
@@ -286,6 +318,32 @@ class Footprint:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Footprint:
         return cls(dict(data.get("naming") or {}), int(data["partitions"]))
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """What a target holds of one committed batch of one query, for
+    :meth:`~twopc.protocol.KeepsSourceOffsets.stored_offsets`.
+
+    ``partitions`` are the partitions whose **newest** commit in the target is this batch
+    (a sink that commits a batch as a whole lists all of them); ``partition_count`` is how
+    many partitions the batch ran with (:attr:`TaskContext.partitions`; 0 when unknown).
+    ``source_offsets`` are the offsets stored with it (``None``: none were stored, the
+    query's source was not Kafka or an older twopc wrote it); ``committed_at`` is when it
+    committed, in seconds since the epoch (``None`` when the target does not say), which
+    orders the queries of one sink id."""
+
+    query_id: str
+    batch_id: int
+    partitions: frozenset[int]
+    partition_count: int
+    source_offsets: SourceOffsets | None
+    committed_at: float | None = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether every partition of the batch holds it as its newest commit."""
+        return self.partition_count > 0 and self.partitions >= set(range(self.partition_count))
 
 
 @dataclass(frozen=True)

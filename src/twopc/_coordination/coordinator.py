@@ -34,6 +34,7 @@ from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.publishing import Publisher
+from twopc._coordination.records import Decision
 from twopc._coordination.recovery import STRAGGLER_WAIT_SECONDS, Recovery, RecoveryStats
 from twopc._coordination.replay_guard import ReplayGuard
 from twopc._coordination.reports import TaskReport
@@ -179,20 +180,19 @@ class Coordinator:
             query_id, batch_id, recovery, recovered_at - started, len(state.decided)
         )
         if admitted.replay is not None:
-            _log.info(
-                "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
-                self.sink_id,
-                batch_id,
-                query_id,
-            )
-            engine.discard()
-            # the replay of a batch that committed before a crash: its group may lag
-            published = self.publisher.publish(admitted.replay, source_offsets)
-            return finished(metrics_with_progress(base, published), started)
+            return self._skip_replay(engine, admitted.replay, base, source_offsets, started)
         assert admitted.run is not None
         run = admitted.run
         progress = self.publisher.for_batch(source_offsets, query_id, batch_id)
-        reports = self._phase1(query_id, batch_id, engine, run_id, progress.in_task)
+        reports = self._phase1(
+            query_id,
+            batch_id,
+            engine,
+            run_id,
+            progress=progress.in_task,
+            source_offsets=source_offsets,
+            partitions=run.footprint.partitions,
+        )
         committables = self._of_engine(engine, reports, query_id, batch_id)
         written_at = time.monotonic()
         if self._counts_partitions:
@@ -204,6 +204,7 @@ class Coordinator:
             state,
             progress=progress.decided,
             last_resource=self._last_resource(engine, batch_id),
+            source_offsets=source_offsets,
         )
         reports += decided.last_resource_reports
         committed_at = time.monotonic()
@@ -219,6 +220,26 @@ class Coordinator:
             swept=base.swept + swept,
         )
         return finished(metrics_with_progress(metrics, published), started)
+
+    def _skip_replay(
+        self,
+        engine: BatchEngine,
+        decision: Decision,
+        base: BatchMetrics,
+        source_offsets: SourceOffsets | None,
+        started: float,
+    ) -> BatchMetrics:
+        """The replay of a batch that committed before a crash writes nothing; its group
+        may lag, so its offsets are published again."""
+        _log.info(
+            "twopc sink=%s: batch %d of query %s is already committed; replay skipped",
+            self.sink_id,
+            base.batch_id,
+            base.query_id,
+        )
+        engine.discard()
+        published = self.publisher.publish(decision, source_offsets)
+        return finished(metrics_with_progress(base, published), started)
 
     def _skipped_metrics(
         self,
@@ -250,9 +271,13 @@ class Coordinator:
         batch_id: int,
         engine: BatchEngine,
         run_id: str,
+        *,
         progress: ProgressInTask | None,
+        source_offsets: SourceOffsets | None,
+        partitions: int,
     ) -> list[TaskReport]:
-        """Phase 1 by the engine; a failure aborts what the batch prepared."""
+        """Phase 1 by the engine; a failure aborts what the batch prepared. The tasks get
+        the batch's source offsets and planned partition count, to store with markers."""
         task = Phase1Task(
             self.sink,
             self.sink_id,
@@ -264,6 +289,8 @@ class Coordinator:
             self.decider.retry,
             progress,
             concurrent_attempts=engine.concurrent_attempts(),
+            source_offsets=source_offsets,
+            partitions=partitions,
         )
         try:
             return engine.run_phase1(task)

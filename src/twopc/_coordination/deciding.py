@@ -25,6 +25,7 @@ from twopc._coordination.reports import TaskReport
 from twopc.errors import BatchFailedError, CommitError, ConfigurationError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
 from twopc.groups import SinkGroup
+from twopc.progress import SourceOffsets
 from twopc.protocol import CommitsOnDriver, Committable, Sink
 
 __all__ = ["Decided", "Decider", "LastResourceRun"]
@@ -98,19 +99,22 @@ class Decider:
         *,
         progress: DecidedProgress | None = None,
         last_resource: LastResourceRun | None = None,
+        source_offsets: SourceOffsets | None = None,
     ) -> Decided:
         """Record the decision over phase 1's committables, then finish it. Without a
         decision nothing of the batch may become visible, so a failure to record it aborts
         phase 1's work. With a ``last_resource``, the record is conditional and the last
-        resource's commit decides (:meth:`_run_last_resource`)."""
+        resource's commit decides (:meth:`_run_last_resource`). The decision records the
+        batch's ``source_offsets``, and the committables it commits carry them."""
         decision = Decision(
             self.sink_id,
             query_id,
             batch_id,
-            tuple(committables),
+            tuple(c.with_source_offsets(source_offsets) for c in committables),
             path=self.path,
             progress=progress,
             last_resource=last_resource.sink_id if last_resource else None,
+            source_offsets=source_offsets,
         )
         try:
             self.fire(CrashPoint.BEFORE_DECISION, batch_id)

@@ -17,7 +17,7 @@ from twopc._contract.retry import RetryPolicy, call_with_retries
 from twopc._coordination.reports import TaskOutcome, TaskReport, class_name
 from twopc.errors import PermanentSinkError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
-from twopc.progress import ProgressInTask
+from twopc.progress import ProgressInTask, SourceOffsets
 from twopc.protocol import CommitOutcome, CommitsInTask, Committable, Sink, TaskContext
 
 __all__ = ["Phase1Task"]
@@ -46,6 +46,10 @@ class Phase1Task:
     progress: ProgressInTask | None = None
     concurrent_attempts: bool = False
     """Passed to the sink as :attr:`TaskContext.concurrent_attempts`."""
+    source_offsets: SourceOffsets | None = None
+    """Passed to the sink as :attr:`TaskContext.source_offsets`."""
+    partitions: int = 0
+    """Passed to the sink as :attr:`TaskContext.partitions`."""
 
     def run(
         self,
@@ -69,6 +73,8 @@ class Phase1Task:
                 self.run_id,
                 self.progress,
                 self.concurrent_attempts,
+                self.source_offsets,
+                self.partitions,
             ),
             attempt,
             time.monotonic(),

@@ -103,6 +103,9 @@ class Decision:
     transaction decides. The record is written before that transaction runs and names the
     other members' work; the batch is decided only if the last resource committed it, which
     recovery asks the member (:meth:`~twopc.LastResource.fence_and_check`)."""
+    source_offsets: SourceOffsets | None = None
+    """The source offsets the batch ends at (``None``: the source is not Kafka, or an
+    older twopc decided it). Recorded once; the committables read back carry them."""
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -111,8 +114,11 @@ class Decision:
             "query_id": self.query_id,
             "batch_id": self.batch_id,
             "decided_at": self.decided_at,
-            "committables": [c.to_json() for c in self.committables],
+            # the offsets once for the batch, not in each committable
+            "committables": [c.with_source_offsets(None).to_json() for c in self.committables],
         }
+        if self.source_offsets is not None:
+            body["source_offsets"] = self.source_offsets.to_json()
         if self.path is not None:
             body["path"] = str(self.path)
         if self.progress is not None:
@@ -125,17 +131,26 @@ class Decision:
     def from_bytes(cls, raw: bytes) -> Decision:
         body = checked_entry(raw, "decision")
         try:
+            offsets = (
+                SourceOffsets.from_json(body["source_offsets"])
+                if body.get("source_offsets")
+                else None
+            )
             return cls(
                 sink_id=str(body["sink_id"]),
                 query_id=str(body["query_id"]),
                 batch_id=int(body["batch_id"]),
-                committables=tuple(Committable.from_json(c) for c in body["committables"]),
+                committables=tuple(
+                    Committable.from_json(c).with_source_offsets(offsets)
+                    for c in body["committables"]
+                ),
                 decided_at=float(body.get("decided_at", 0.0)),
                 path=_path_in(body),
                 progress=DecidedProgress.from_json(body["progress"])
                 if body.get("progress")
                 else None,
                 last_resource=_last_resource_in(body),
+                source_offsets=offsets,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(

@@ -125,7 +125,12 @@ class ReportedBatches:
         written_at = time.monotonic()
         progress = self.coordinator.publisher.for_batch(source_offsets, query_id, batch_id)
         decided = self._decider.decide_and_commit(
-            query_id, batch_id, committables, state, progress=progress.decided
+            query_id,
+            batch_id,
+            committables,
+            state,
+            progress=progress.decided,
+            source_offsets=source_offsets,
         )
         committed_at = time.monotonic()
         published = self.coordinator.publisher.publish(decided.decision)

@@ -278,17 +278,16 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         setup = self.setup
         assert setup.query_id is not None
         fingerprint = input_fingerprint(setup.checkpoint, batchId) if setup.checkpoint else None
-        offsets = None
-        if setup.progress is not None and setup.checkpoint:
-            offsets = kafka_offsets_of(setup.checkpoint, batchId)
-            if offsets is None:
-                _log.warning(
-                    "twopc sink=%s batch %d: progress is reported, but the checkpoint holds "
-                    "no source offsets twopc reads (a Kafka source's) for the batch; nothing "
-                    "is published",
-                    setup.sink_id,
-                    batchId,
-                )
+        # the batch's Kafka offsets, stored with the output (and reported, with progress)
+        offsets = kafka_offsets_of(setup.checkpoint, batchId) if setup.checkpoint else None
+        if setup.progress is not None and setup.checkpoint and offsets is None:
+            _log.warning(
+                "twopc sink=%s batch %d: progress is reported, but the checkpoint holds "
+                "no source offsets twopc reads (a Kafka source's) for the batch; nothing "
+                "is published",
+                setup.sink_id,
+                batchId,
+            )
         with leaving_twopc(setup.sink_id, batchId):
             setup.batches().commit(
                 setup.query_id,

@@ -128,6 +128,7 @@ class SparkBatchWriter(BatchWriter):
         self._spark_write: WritesWithSpark | None = None
         self._member_writes: dict[str, WritesWithSpark | None] = {}
         self._tracker: JobTracker | None = None
+        self._said_no_offsets = False
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch. Everything that leaves is a twopc error naming the sink and the
@@ -256,12 +257,20 @@ class SparkBatchWriter(BatchWriter):
         return query_id, checkpoint, ""
 
     def _source_offsets(self, checkpoint: str | None, batch_id: int) -> SourceOffsets | None:
-        """The source offsets the batch ends at, when the writer reports progress; a query
-        without a source whose offsets twopc reads from the checkpoint (a Kafka source's),
-        or whose checkpoint it cannot read, is refused before anything is written."""
-        if self.progress is None:
-            return None
+        """The source offsets the batch ends at (a Kafka source's, from the checkpoint),
+        which the batch stores with its output; ``None`` for another source (logged once).
+        With ``progress=``, a query without them is refused before anything is written."""
         offsets = kafka_offsets_of(checkpoint, batch_id) if checkpoint else None
+        if offsets is None and not self._said_no_offsets:
+            self._said_no_offsets = True
+            _log.info(
+                "twopc sink=%s: %s holds no Kafka source offsets: the output stores none, "
+                "and twopc.starting_offsets cannot restart this query from it",
+                self.sink_id,
+                f"{checkpoint}/offsets/{batch_id}" if checkpoint else "the query's checkpoint",
+            )
+        if self.progress is None:
+            return offsets
         if offsets is None:
             where = f"{checkpoint}/offsets/{batch_id}" if checkpoint else "the checkpoint"
             raise ConfigurationError(

@@ -360,6 +360,8 @@ class SparkEngine(BatchEngine):
             _new_run_attempt(),
             task.run_id,
             concurrent_attempts=task.concurrent_attempts,
+            source_offsets=task.source_offsets,
+            partitions=task.partitions,
         )
         started = time.monotonic()
         with leaving_sink(task.sink_id, task.batch_id):

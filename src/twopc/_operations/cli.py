@@ -9,7 +9,6 @@ line, and nothing here ever prints them: output shows :meth:`twopc.Sink.describe
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -27,12 +26,10 @@ from twopc._operations.group_options import (
     group_from_options,
     sink_from_options,
 )
-from twopc._operations.recover import RecoveryReport, recover_sink
+from twopc._operations.recover import recover_sink
+from twopc._operations.render import render_recovery, render_status
 from twopc._operations.status import (
     ProgressResolver,
-    QueryStatus,
-    SinkStatus,
-    StatusItem,
     sink_status,
 )
 from twopc.errors import TwoPCError
@@ -41,7 +38,18 @@ from twopc.progress import ProgressReporter
 from twopc.protocol import Sink
 from twopc.secrets import redact
 
-__all__ = ["add_ops_commands"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "UsageError",
+    "add_ops_commands",
+    "open_sink",
+    "pairs",
+    "secrets_in",
+    "sink_arguments",
+    "sink_options",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -55,7 +63,7 @@ def add_ops_commands(commands: Any) -> None:
     status = commands.add_parser(
         "status", help="what crashed runs of a sink left, and what recovery would do"
     )
-    _sink_arguments(status)
+    sink_arguments(status)
     status.add_argument(
         "--group-option",
         action="append",
@@ -82,7 +90,7 @@ def add_ops_commands(commands: Any) -> None:
     recover = commands.add_parser(
         "recover", help="commit what was decided, abort what was not, sweep leftovers"
     )
-    _sink_arguments(recover)
+    sink_arguments(recover)
     recover.add_argument(
         "--dry-run", action="store_true", help="print the plan (what status shows); change nothing"
     )
@@ -96,7 +104,7 @@ def add_ops_commands(commands: Any) -> None:
     recover.set_defaults(func=_recover)
 
 
-def _sink_arguments(parser: argparse.ArgumentParser) -> None:
+def sink_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "backend",
         help="backend name, as in `twopc plugins`; `group` for a SinkGroup (its members in "
@@ -165,7 +173,7 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+def pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
     pairs = []
     for value in values:
         key, sep, rest = value.partition("=")
@@ -194,14 +202,14 @@ def sink_options(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise UsageError("--options-json must hold a JSON object")
         options.update(loaded)
-    for key, value in _pairs(args.option, "--option"):
+    for key, value in pairs(args.option, "--option"):
         options[key] = value
-    for key, text in _pairs(args.option_json, "--option-json"):
+    for key, text in pairs(args.option_json, "--option-json"):
         try:
             options[key] = json.loads(text)
         except ValueError:
             raise UsageError(f"--option-json {key}: not valid JSON") from None
-    for key, variable in _pairs(args.option_env, "--option-env"):
+    for key, variable in pairs(args.option_env, "--option-env"):
         if variable not in os.environ:
             raise UsageError(f"--option-env {key}: environment variable {variable} is not set")
         options[key] = os.environ[variable]
@@ -209,6 +217,23 @@ def sink_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any], str, CommitLog]:
+    sink, sink_id = open_sink(args, options)
+    storage = dict(pairs(args.storage_option, "--storage-option")) or None
+    try:
+        url, storage_options = resolve_commit_log(
+            sink, sink_id, args.commit_log, storage, args.checkpoint
+        )
+    except TwoPCError:
+        raise UsageError(
+            f"the {args.backend} sink keeps no commit log of its own: give --commit-log URL "
+            "(what the query passed as commit_log=) or --checkpoint URL (its checkpoint "
+            "location, when it passed no commit_log)"
+        ) from None
+    return sink, sink_id, CommitLog(url, storage_options)
+
+
+def open_sink(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any], str]:
+    """The sink the options describe, and the checked sink id."""
     try:
         sink_id = validate_sink_id(args.sink_id)
     except TwoPCError as exc:
@@ -225,18 +250,7 @@ def _open(args: argparse.Namespace, options: dict[str, Any]) -> tuple[Sink[Any],
         ) from None
     except TwoPCError as exc:
         raise UsageError(str(exc)) from None
-    storage = dict(_pairs(args.storage_option, "--storage-option")) or None
-    try:
-        url, storage_options = resolve_commit_log(
-            sink, sink_id, args.commit_log, storage, args.checkpoint
-        )
-    except TwoPCError:
-        raise UsageError(
-            f"the {args.backend} sink keeps no commit log of its own: give --commit-log URL "
-            "(what the query passed as commit_log=) or --checkpoint URL (its checkpoint "
-            "location, when it passed no commit_log)"
-        ) from None
-    return sink, sink_id, CommitLog(url, storage_options)
+    return sink, sink_id
 
 
 _SECRET_NAME = re.compile(
@@ -245,13 +259,13 @@ _SECRET_NAME = re.compile(
 )
 
 
-def _secrets_in(options: Mapping[str, Any]) -> list[str]:
+def secrets_in(options: Mapping[str, Any]) -> list[str]:
     """The values of options (and of nested option mappings: ``connect_options``,
     ``producer_config``, ``storage_options``) whose names say they are secrets."""
     found: list[str] = []
     for key, value in options.items():
         if isinstance(value, Mapping):
-            found += _secrets_in(value)
+            found += secrets_in(value)
         elif isinstance(value, str) and _SECRET_NAME.search(str(key)):
             found.append(value)
     return found
@@ -263,7 +277,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     secrets: list[str] = []
     try:
         options = sink_options(args)  # once: --options-json - reads stdin
-        secrets = _secrets_in(options)
+        secrets = secrets_in(options)
         sink, sink_id, log = _open(args, options)
     except UsageError as exc:
         print(f"twopc {args.command}: {redact(str(exc), secrets)}", file=sys.stderr)
@@ -286,8 +300,8 @@ def _group_resolver(args: argparse.Namespace) -> ProgressResolver | None:
     given on the command line."""
     if args.no_group:
         return None
-    config: dict[str, Any] = dict(_pairs(args.group_option, "--group-option"))
-    for key, variable in _pairs(args.group_option_env, "--group-option-env"):
+    config: dict[str, Any] = dict(pairs(args.group_option, "--group-option"))
+    for key, variable in pairs(args.group_option_env, "--group-option-env"):
         if variable not in os.environ:
             raise UsageError(
                 f"--group-option-env {key}: environment variable {variable} is not set"
@@ -349,160 +363,3 @@ def _recover(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _run(args, act)
-
-
-# -- rendering --------------------------------------------------------------------------------
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _short(query_id: str | None) -> str:
-    return "-" if query_id is None else query_id[:8]
-
-
-def _cell(value: object) -> str:
-    return "-" if value is None else str(value)
-
-
-def render_status(status: SinkStatus) -> str:
-    """The human-readable status: writers, last committed batches, items in doubt, notes."""
-    lines = [
-        f"sink {status.sink_id}: {status.sink}",
-        f"commit log: {status.commit_log}",
-    ]
-    if not status.writers:
-        lines.append("writers: no liveness record (no query running, or stopped cleanly)")
-    for writer in status.writers:
-        hb = writer.heartbeat
-        when = datetime.datetime.fromtimestamp(hb.updated_at, datetime.UTC).isoformat(
-            timespec="seconds"
-        )
-        state = "RUNNING" if writer.running else "not running"
-        lines.append(
-            f"writer of query {_short(hb.query_id)}: {state} ({writer.reason}); "
-            f"last {hb.state} batch {hb.batch_id} at {when}"
-        )
-    for query in status.queries:
-        text = f"query {query.query_id}: last committed batch {_cell(query.log_last_committed)}"
-        text += " (commit log)"
-        if query.target_partitions is not None:
-            per = ", ".join(f"p{p}={b}" for p, b in sorted(query.target_partitions.items()))
-            text += f", {_cell(query.target_last_committed)} (target markers: {per or 'none'})"
-            if query.differs:
-                text += " - the two differ"
-        if query.pending_decisions:
-            text += f"; decided, not finished: {list(query.pending_decisions)}"
-        lines.append(text)
-        lines.extend(_source_lines(query))
-    items = status.items
-    settled = not items and not status.warnings
-    lines.append(f"in doubt: {len(items)}" + (" - nothing for recovery to do" if settled else ""))
-    if items:
-        lines.extend("  " + row for row in _table(items))
-    lines.extend(f"WARNING: {warning}" for warning in status.warnings)
-    if status.notes:
-        lines.append("notes:")
-        lines.extend(f"  - {note}" for note in status.notes)
-    return "\n".join(lines)
-
-
-def _source_lines(query: QueryStatus) -> list[str]:
-    """The last committed batch's source offsets, and the progress group's lag."""
-    if query.source is None:
-        return []
-    offsets = ", ".join(f"{t}[{p}]={o}" for t, p, o in query.source.positions())
-    lines = [f"  source offsets of batch {query.source.batch_id}: {offsets}"]
-    group = (query.progress_to or {}).get("group", "?")
-    if query.group is not None:
-        lag = _cell(query.group.lag)
-        behind = [
-            f"{t}[{p}] at {_cell(query.group.committed.get((t, p)))} of {end}"
-            for (t, p), end in sorted(query.group.end.items())
-        ]
-        lines.append(f"  progress group {group}: lag {lag} ({', '.join(behind)})")
-    elif query.group_error:
-        lines.append(f"  progress group {group}: cannot read it ({query.group_error})")
-    else:
-        lines.append(f"  progress group {group}")
-    return lines
-
-
-def _table(items: tuple[StatusItem, ...]) -> list[str]:
-    rows = [("ACTION", "KIND", "ID", "QUERY", "BATCH", "PART", "ATT", "AGE", "DETAIL")]
-    for item in items:
-        rows.append(
-            (
-                item.action,
-                item.kind,
-                item.ident,
-                _short(item.query_id),
-                _cell(item.batch_id),
-                _cell(item.partition),
-                _cell(item.attempt),
-                _ago(item.age_seconds),
-                item.detail,
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(8)]
-    return [
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:8])) + "  " + row[8]
-        for row in rows
-    ]
-
-
-def _refusal_hint(report: RecoveryReport) -> str:
-    """What to do about a refusal: stop the writer, or point at the right commit log."""
-    if report.plan.running:
-        return "stop the query first, or use --force"
-    unproven = report.plan.unproven
-    cost = (
-        f"; --force would abort {len(unproven)} prepared item(s) the log cannot vouch for "
-        "(their batch's output is lost if it was decided)"
-        if unproven
-        else ""
-    )
-    return (
-        "point recover at the commit log the query writes to: --checkpoint CHECKPOINT "
-        "(its checkpointLocation, when it passed no commit_log=) or --commit-log URL (what "
-        f"it passed as commit_log=); use --force only if that log is gone for good{cost}"
-    )
-
-
-def render_recovery(report: RecoveryReport, dry_run: bool) -> str:
-    lines = [render_status(report.plan), ""]
-    if report.refused:
-        lines.append(f"refused: {report.refused}")
-        lines.append(_refusal_hint(report))
-        return "\n".join(lines)
-    if dry_run:
-        running = report.plan.running
-        if running:
-            lines.append("note: a writer is running; recover would refuse without --force")
-        if report.plan.warnings:
-            lines.append("note: recover would refuse without --force (see the warnings)")
-        lines.append(f"dry run: {len(report.plan.items)} item(s) would be handled; nothing changed")
-        return "\n".join(lines)
-    lines.extend(f"forced: {line}" for line in report.forced)
-    lines.append(
-        f"recovered: {report.committed} committed, {report.aborted} aborted, {report.swept} swept"
-    )
-    if report.error:
-        lines.append(f"recovery failed: {report.error}")
-    if report.after is not None:
-        left = report.after.items
-        lines.append(
-            "afterwards: nothing in doubt"
-            if not left
-            else f"afterwards: {len(left)} item(s) still in doubt:"
-        )
-        if left:
-            lines.extend("  " + row for row in _table(left))
-    return "\n".join(lines)

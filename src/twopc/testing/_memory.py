@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -18,6 +19,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from twopc.errors import CommitError, PermanentSinkError, UnsupportedFormatError
+from twopc.progress import SourceOffsets
 from twopc.protocol import (
     CommitOutcome,
     CommitsInTask,
@@ -25,11 +27,13 @@ from twopc.protocol import (
     Committable,
     Footprint,
     Inspection,
+    KeepsSourceOffsets,
     LastResource,
     Payload,
     PendingWork,
     RecoveryScope,
     Sink,
+    StoredBatch,
     TargetMarker,
     TaskContext,
 )
@@ -60,6 +64,11 @@ class MemoryStore:
     epochs: dict[str, int] = field(default_factory=dict)
     """sink id -> its transactions' epoch (:class:`MemoryLastResource`): fencing bumps it,
     and a transaction of an older epoch cannot commit."""
+    offsets: dict[tuple[str, str, int], tuple[int, int, SourceOffsets | None, float]] = field(
+        default_factory=dict
+    )
+    """(sink id, query id, partition) -> (batch, the batch's partition count, its source
+    offsets, commit time), written with the marker."""
 
     def clear(self) -> None:
         self.visible.clear()
@@ -67,6 +76,7 @@ class MemoryStore:
         self.committed.clear()
         self.markers.clear()
         self.epochs.clear()
+        self.offsets.clear()
 
 
 def memory_store(name: str) -> MemoryStore:
@@ -190,9 +200,9 @@ def _task_of(committable: Committable) -> tuple[str, str, int, int, int]:
     return (c.sink_id, c.query_id, c.batch_id, c.partition, c.attempt)
 
 
-class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction]):
-    """Each task appends its rows and its marker in one step; a task whose marker shows
-    its batch writes nothing."""
+class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction], KeepsSourceOffsets):
+    """Each task appends its rows and its marker, with the batch's source offsets, in one
+    step; a task whose marker shows its batch writes nothing."""
 
     def begin_transaction(self, ctx: TaskContext) -> MemoryTransaction:
         with _LOCK:
@@ -208,9 +218,32 @@ class MemoryTaskSink(_MemorySink, CommitsInTask[MemoryTransaction]):
         ctx = txn.ctx
         with _LOCK:
             self.store.visible.extend(txn.ids)
-            self.store.markers[(ctx.sink_id, ctx.query_id, ctx.partition)] = ctx.batch_id
+            key = (ctx.sink_id, ctx.query_id, ctx.partition)
+            self.store.markers[key] = ctx.batch_id
+            self.store.offsets[key] = (
+                ctx.batch_id,
+                ctx.partitions,
+                ctx.source_offsets,
+                time.time(),
+            )
         txn.ids = []
         return CommitOutcome.COMMITTED
+
+    def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
+        with _LOCK:
+            found = [(k, v) for k, v in self.store.offsets.items() if k[0] == sink_id]
+        batches: dict[tuple[str, int], StoredBatch] = {}
+        for (_, query_id, partition), (batch_id, count, offsets, at) in found:
+            known = batches.get((query_id, batch_id))
+            batches[(query_id, batch_id)] = StoredBatch(
+                query_id,
+                batch_id,
+                frozenset({partition} | (known.partitions if known else set())),
+                count,
+                offsets,
+                max(at, (known.committed_at or 0.0) if known else 0.0),
+            )
+        return list(batches.values())
 
     def committed_partitions(
         self, scope: RecoveryScope, batch_id: int, footprint: Footprint
