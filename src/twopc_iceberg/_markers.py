@@ -9,6 +9,10 @@ Every commit writes it twice, atomically with the data (one catalog commit):
   the newest batch and its committed partitions (JSON). Properties survive snapshot expiry,
   which removes old snapshots and their summaries: the property is what the sink reads first.
 
+Both also hold the batch's source offsets and partition count (``twopc.source-offsets``,
+``twopc.partition-count`` in the summary), for a query whose checkpoint is gone
+(:func:`twopc.starting_offsets`).
+
 Batches of one query commit in order, so "batch ``b`` or a later one" is committed once
 the newest marker says so.
 """
@@ -16,15 +20,20 @@ the newest marker says so.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
+from twopc import SourceOffsets
+
 __all__ = [
     "NO_MARKER",
     "PROPERTY_PREFIX",
     "SUMMARY_BATCH",
+    "SUMMARY_COUNT",
+    "SUMMARY_OFFSETS",
     "SUMMARY_PARTITIONS",
     "SUMMARY_QUERY",
     "SUMMARY_SINK",
@@ -40,6 +49,8 @@ SUMMARY_SINK = "twopc.sink-id"
 SUMMARY_QUERY = "twopc.query-id"
 SUMMARY_BATCH = "twopc.batch-id"
 SUMMARY_PARTITIONS = "twopc.partitions"
+SUMMARY_OFFSETS = "twopc.source-offsets"
+SUMMARY_COUNT = "twopc.partition-count"
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,12 @@ class Marker:
 
     batch_id: int
     attempts: Mapping[int, int]
+    count: int = 0
+    """How many partitions the batch has (0: not recorded)."""
+    offsets: SourceOffsets | None = None
+    """The source offsets the batch ends at, when the query's source is Kafka."""
+    committed_at: float | None = None
+    """When the newest commit of the batch landed (seconds since the epoch)."""
 
     @property
     def partitions(self) -> frozenset[int]:
@@ -67,27 +84,53 @@ class Marker:
         attempt = self.attempts.get(partition)
         return None if attempt is None or attempt < 0 else attempt
 
-    def after(self, batch_id: int, attempts: Mapping[int, int]) -> Marker:
-        """The marker once ``attempts`` (partition -> attempt) of ``batch_id`` commit too."""
+    def after(
+        self,
+        batch_id: int,
+        attempts: Mapping[int, int],
+        *,
+        count: int = 0,
+        offsets: SourceOffsets | None = None,
+    ) -> Marker:
+        """The marker once ``attempts`` (partition -> attempt) of ``batch_id`` commit too,
+        of a batch of ``count`` partitions ending at ``offsets``."""
+        now = time.time()
         if batch_id == self.batch_id:
-            return Marker(batch_id, {**self.attempts, **attempts})
-        return Marker(batch_id, dict(attempts))
+            return Marker(
+                batch_id,
+                {**self.attempts, **attempts},
+                count or self.count,
+                offsets or self.offsets,
+                now,
+            )
+        return Marker(batch_id, dict(attempts), count, offsets, now)
 
     def to_property(self) -> str:
-        return json.dumps(
-            {"batch": self.batch_id, "attempts": {str(p): a for p, a in self.attempts.items()}},
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        body: dict[str, object] = {
+            "batch": self.batch_id,
+            "attempts": {str(p): a for p, a in self.attempts.items()},
+        }
+        if self.count:
+            body["count"] = self.count
+        if self.offsets is not None:
+            body["offsets"] = self.offsets.to_json()
+        if self.committed_at is not None:
+            body["at"] = self.committed_at
+        return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
     def summary(self, sink_id: str, query_id: str, partitions: Iterable[int]) -> dict[str, str]:
         """The snapshot summary of a commit of ``partitions`` of this marker's batch."""
-        return {
+        summary = {
             SUMMARY_SINK: sink_id,
             SUMMARY_QUERY: query_id,
             SUMMARY_BATCH: str(self.batch_id),
             SUMMARY_PARTITIONS: ",".join(map(str, sorted(partitions))),
         }
+        if self.count:
+            summary[SUMMARY_COUNT] = str(self.count)
+        if self.offsets is not None:
+            summary[SUMMARY_OFFSETS] = json.dumps(self.offsets.to_json(), separators=(",", ":"))
+        return summary
 
 
 NO_MARKER = Marker(-1, {})
@@ -102,9 +145,31 @@ def _parse_property(text: str) -> Marker | None:
     try:
         data = json.loads(text)
         attempts = {int(p): int(a) for p, a in dict(data["attempts"]).items()}
-        return Marker(int(data["batch"]), attempts)
+        offsets = SourceOffsets.from_json(data["offsets"]) if data.get("offsets") else None
+        at = data.get("at")
+        return Marker(
+            int(data["batch"]),
+            attempts,
+            int(data.get("count", 0)),
+            offsets,
+            None if at is None else float(at),
+        )
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _from_summary(summary: Mapping[str, str], batch: int, at_ms: int) -> Marker:
+    """The marker a snapshot summary tells (no attempts: ``-1`` each)."""
+    offsets: SourceOffsets | None = None
+    count = 0
+    try:
+        text = summary.get(SUMMARY_OFFSETS)
+        offsets = SourceOffsets.from_json(json.loads(text)) if text else None
+        count = int(summary.get(SUMMARY_COUNT) or 0)
+    except (ValueError, KeyError, TypeError):
+        offsets, count = None, 0
+    partitions = _parse_partitions(summary.get(SUMMARY_PARTITIONS))
+    return Marker(batch, partitions, count, offsets, at_ms / 1000)
 
 
 def _parse_partitions(text: str | None) -> dict[int, int]:
@@ -134,12 +199,18 @@ def markers_of(table: Table, sink_id: str) -> dict[str, Marker]:
         query_id, batch = summary[SUMMARY_QUERY], summary[SUMMARY_BATCH]
         if not query_id or batch is None or not str(batch).isdigit():
             continue
-        seen = Marker(int(batch), _parse_partitions(summary[SUMMARY_PARTITIONS]))
+        seen = _from_summary(summary.additional_properties, int(batch), snapshot.timestamp_ms)
         known = found.get(query_id)
         if known is None or seen.batch_id > known.batch_id:
             found[query_id] = seen
         elif seen.batch_id == known.batch_id:
-            found[query_id] = Marker(known.batch_id, {**seen.attempts, **known.attempts})
+            found[query_id] = Marker(
+                known.batch_id,
+                {**seen.attempts, **known.attempts},
+                known.count or seen.count,
+                known.offsets or seen.offsets,
+                known.committed_at or seen.committed_at,
+            )
     return found
 
 

@@ -36,12 +36,14 @@ from twopc import (
     Footprint,
     Inspection,
     KeepsMarkers,
+    KeepsSourceOffsets,
     PendingWork,
     PermanentSinkError,
     RecoveryScope,
     Sink,
     SparkOutput,
     SparkWrite,
+    StoredBatch,
     TargetMarker,
     TaskContext,
     TransientSinkError,
@@ -116,7 +118,9 @@ class _LostRace(Exception):
     """Another writer committed first; nothing of this commit landed."""
 
 
-class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, WritesWithSpark):
+class IcebergSink(
+    Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, KeepsSourceOffsets, WritesWithSpark
+):
     """Exactly-once writes into an Apache Iceberg table, one snapshot per batch.
 
     Args:
@@ -409,7 +413,15 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
             if todo:
                 try:
                     self._commit_once(
-                        table, marker, [committables[i] for i in todo], [payloads[i] for i in todo]
+                        table,
+                        marker.after(
+                            first.batch_id,
+                            {committables[i].partition: committables[i].attempt for i in todo},
+                            count=len(committables),
+                            offsets=first.source_offsets,
+                        ),
+                        [committables[i] for i in todo],
+                        [payloads[i] for i in todo],
                     )
                 except _LostRace as lost:
                     self._wait_after_lost_race(first, attempt, lost)
@@ -482,18 +494,17 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
     def _commit_once(
         self,
         table: Table,
-        marker: Marker,
+        after: Marker,
         committables: Sequence[Committable],
         payloads: Sequence[IcebergPayload],
     ) -> None:
-        """One catalog commit of the data files and the marker. Raises :class:`_LostRace`
-        when another writer committed first (nothing landed)."""
+        """One catalog commit of the data files and the marker as it is ``after`` the
+        commit. Raises :class:`_LostRace` when another writer committed first (nothing
+        landed)."""
         first = committables[0]
         files = [f for p in payloads for f in p.files]
         self._check_files_exist(first, files)
-        attempts = {c.partition: c.attempt for c in committables}
-        after = marker.after(first.batch_id, attempts)
-        summary = after.summary(first.sink_id, first.query_id, attempts)
+        summary = after.summary(first.sink_id, first.query_id, (c.partition for c in committables))
         rewrite = self._plan_rewrite(table, first, files) if self.mode == "upsert" else Rewrite()
         txn = without_commit_retries(table).transaction()
         properties = {marker_property(first.sink_id, first.query_id): after.to_property()}
@@ -693,6 +704,17 @@ class IcebergSink(Sink[IcebergTransaction], CommitsOnDriver, KeepsMarkers, Write
         if marker.batch_id > batch_id:
             return set(range(footprint.partitions))
         return set(marker.partitions)
+
+    def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
+        """The newest batch of every query, as the table's markers keep it (the property,
+        completed from the snapshot summaries)."""
+        table = self.access.load()
+        if table is None:
+            return []
+        return [
+            StoredBatch(query_id, m.batch_id, m.partitions, m.count, m.offsets, m.committed_at)
+            for query_id, m in sorted(markers_of(table, sink_id).items())
+        ]
 
     def inspect(self, sink_id: str) -> Inspection:
         """Prepared attempts, attempts that never prepared, and the table's markers."""

@@ -55,12 +55,14 @@ from twopc import (
     Footprint,
     Inspection,
     KeepsMarkers,
+    KeepsSourceOffsets,
     Payload,
     PendingWork,
     PermanentSinkError,
     RecoveryScope,
     Sink,
     SinkError,
+    StoredBatch,
     TargetMarker,
     TaskContext,
     TracksWriters,
@@ -70,6 +72,7 @@ from twopc import (
 )
 from twopc.retrying import POLLING
 from twopc_jdbc._evolution import TableColumn, new_columns
+from twopc_jdbc._offsets import MarkerOffsets, MarkerRow, marker_offsets, stored_batches
 from twopc_jdbc._options import (
     TIMEOUTS,
     ConnectionSettings,
@@ -288,13 +291,18 @@ class SqlTransaction:
     columns: tuple[str, ...] = ()
     staging: TableName | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    keeps_offsets: bool = False
+    """Whether the marker table has the offset columns (one of an earlier version gains
+    them on first use, when the sink's user may alter it)."""
 
     @property
     def marker(self) -> MarkerKey:
         return MarkerKey(self.ctx.sink_id, self.ctx.query_id, self.ctx.batch_id, self.ctx.partition)
 
 
-class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters):
+class SqlSink(
+    Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, KeepsSourceOffsets, TracksWriters
+):
     """Base class of the SQL sinks; a backend implements the database-specific hooks.
 
     As constructed with ``transaction_mode="two_phase"`` the sink commits prepared branches
@@ -439,13 +447,24 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
         """Transient or permanent: how the coordinator should treat a driver error."""
 
     @abstractmethod
-    def ensure_marker_table(self, conn: Any) -> None: ...
+    def ensure_marker_table(self, conn: Any) -> bool:
+        """Create the marker table if it is missing, migrate one of an earlier version;
+        whether it has the offset columns (:data:`~twopc_jdbc._offsets.OFFSET_COLUMNS`)."""
 
     @abstractmethod
     def marker_exists(self, conn: Any, key: MarkerKey) -> bool: ...
 
     @abstractmethod
-    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None: ...
+    def insert_marker(
+        self, conn: Any, key: MarkerKey, attempt: int, stored: MarkerOffsets | None
+    ) -> None:
+        """Insert the marker row, with ``stored`` in the offset columns (``None``: the
+        table has none)."""
+
+    @abstractmethod
+    def newest_marker_rows(self, sink_id: str) -> list[MarkerRow]:
+        """The newest marker row of every (query, partition) of ``sink_id``; read-only,
+        empty when the marker table does not exist."""
 
     @abstractmethod
     def begin(self, conn: Any, xid: TransactionId | None) -> None: ...
@@ -561,6 +580,10 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
         """This sink's staging tables that outlive a transaction (MySQL), for the sweep."""
         return []
 
+    def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
+        """The newest marker row of each partition, grouped by query and batch."""
+        return stored_batches(self.newest_marker_rows(sink_id))
+
     @abstractmethod
     def last_markers(self, sink_id: str) -> list[TargetMarker]:
         """Newest marker batch per (query, partition) of ``sink_id``; read-only, and empty
@@ -601,7 +624,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
         conn = self.connect(autocommit=True)
         xid = TransactionId.for_task(ctx) if self.two_phase else None
         try:
-            self.ensure_marker_table(conn)
+            keeps_offsets = self.ensure_marker_table(conn)
             if self.two_phase:
                 # held until pre_commit closes the connection: other attempts of this task
                 # can tell this one still runs
@@ -629,7 +652,7 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
                 ctx.batch_id,
                 ctx.partition,
             )
-        return SqlTransaction(ctx, conn, xid, skip=skip)
+        return SqlTransaction(ctx, conn, xid, skip=skip, keeps_offsets=keeps_offsets)
 
     def _settle_earlier_attempts(self, conn: Any, ctx: TaskContext) -> None:
         """Another attempt of this task may have prepared: its branch holds locks this
@@ -817,7 +840,8 @@ class SqlSink(Sink[SqlTransaction], CommitsOnDriver, KeepsMarkers, TracksWriters
                 if txn.staging is not None:
                     self.merge_staging(txn)
                 try:
-                    self.insert_marker(txn.conn, txn.marker, txn.ctx.attempt)
+                    stored = marker_offsets(txn.ctx) if txn.keeps_offsets else None
+                    self.insert_marker(txn.conn, txn.marker, txn.ctx.attempt, stored)
                 except Exception:
                     if not self._committed_by_another_attempt(txn):
                         raise

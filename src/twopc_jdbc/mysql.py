@@ -48,6 +48,7 @@ from twopc_jdbc._base import (
     evolution_lock_name,
 )
 from twopc_jdbc._evolution import TableColumn
+from twopc_jdbc._offsets import MarkerOffsets, MarkerRow, warn_no_offset_columns
 from twopc_jdbc._options import TableName
 from twopc_jdbc._secrets import scrub
 from twopc_jdbc._values import NumericColumn
@@ -249,10 +250,11 @@ class MySQLSink(SqlSink):
 
     # -- markers and transactions -----------------------------------------------------------
 
-    def ensure_marker_table(self, conn: Any) -> None:
+    def ensure_marker_table(self, conn: Any) -> bool:
         # Runs before the task's transaction begins (DDL would end it, and is refused
         # inside XA). Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege
         # even when the table exists.
+        keeps_offsets = True
         with conn.cursor() as cursor:
             found = self._marker_attempt(cursor)
             if found is None:
@@ -262,10 +264,14 @@ class MySQLSink(SqlSink):
                     "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, "
                     "attempt BIGINT NOT NULL, "
                     "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+                    "partitions INT NULL, source_offsets TEXT NULL, "
                     "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
                 )
-            elif found[1] in _NARROW_ATTEMPT:
-                self._widen_attempt(*found)
+            else:
+                database, attempt_type, has_offsets = found
+                if attempt_type in _NARROW_ATTEMPT:
+                    self._widen_attempt(database, attempt_type)
+                keeps_offsets = has_offsets or self._add_offset_columns(database)
             if self.two_phase:
                 try:
                     cursor.execute("XA RECOVER")
@@ -277,19 +283,50 @@ class MySQLSink(SqlSink):
                         f"({_message(exc)}); grant XA_RECOVER_ADMIN (MySQL 8) or use "
                         "transaction_mode='transaction'"
                     ) from exc
+        return keeps_offsets
 
-    def _marker_attempt(self, cursor: Any) -> tuple[str, str] | None:
-        """The marker table's database and the type of its ``attempt`` column, from
-        ``information_schema``; None if the table (or the column) is not there."""
+    def _marker_attempt(self, cursor: Any) -> tuple[str, str, bool] | None:
+        """The marker table's database, the type of its ``attempt`` column and whether it
+        has the offset columns, from ``information_schema``; None if the table (or its
+        ``attempt`` column) is not there."""
         marker = self.options.marker_table
         cursor.execute(
-            "SELECT table_schema, data_type FROM information_schema.columns WHERE "
-            "table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
-            "AND column_name = 'attempt'",
+            "SELECT table_schema, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
+            "AND column_name IN ('attempt', 'source_offsets')",
             (marker.schema, marker.name),
         )
-        row = cursor.fetchone()
-        return None if row is None else (str(row[0]), str(row[1]).lower())
+        rows = {str(r[1]).lower(): (str(r[0]), str(r[2]).lower()) for r in cursor.fetchall()}
+        if "attempt" not in rows:
+            return None
+        database, attempt_type = rows["attempt"]
+        return database, attempt_type, "source_offsets" in rows
+
+    def _add_offset_columns(self, database: str) -> bool:
+        """Give a marker table of an earlier version the offset columns, once (on a DDL
+        session of its own, the catalog read again under its lock). Without the ALTER
+        privilege, the sink goes on without them and says what to run: whether the table
+        has them now."""
+        marker = self.options.marker_table
+        alter = (
+            f"ALTER TABLE {_table(TableName(marker.name, database))} "
+            "ADD COLUMN partitions INT NULL, ADD COLUMN source_offsets TEXT NULL"
+        )
+        what = f"adding the source offset columns to the marker table {marker}"
+        with self._ddl_session(marker, what) as conn, conn.cursor() as cursor:
+            now = self._marker_attempt(cursor)
+            if now is None or now[2]:
+                return True  # another task added them meanwhile
+            try:
+                cursor.execute(alter)
+            except pymysql.MySQLError as exc:
+                if _code(exc) not in _ACCESS_DENIED:
+                    raise self._error(exc, what) from exc
+                scrub(exc, self.settings.secrets())
+                warn_no_offset_columns(str(marker), _message(exc), alter)
+                return False
+        _log.info("marker table %s: added the source offset columns", marker)
+        return True
 
     def _widen_attempt(self, database: str, narrow: str) -> None:
         """Migrate a marker table of an earlier version, whose ``attempt`` column is 32-bit,
@@ -336,13 +373,50 @@ class MySQLSink(SqlSink):
             )
             return cursor.fetchone() is not None
 
-    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None:
+    def insert_marker(
+        self, conn: Any, key: MarkerKey, attempt: int, stored: MarkerOffsets | None
+    ) -> None:
+        marker = _table(self.options.marker_table)
+        values = (key.sink_id, key.query_id, key.batch_id, key.partition, attempt)
         with conn.cursor() as cursor:
+            if stored is None:
+                cursor.execute(
+                    f"INSERT INTO {marker} (sink_id, query_id, batch_id, partition_id, "
+                    "attempt) VALUES (%s, %s, %s, %s, %s)",
+                    values,
+                )
+                return
             cursor.execute(
-                f"INSERT INTO {_table(self.options.marker_table)} "
-                "(sink_id, query_id, batch_id, partition_id, attempt) VALUES (%s, %s, %s, %s, %s)",
-                (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
+                f"INSERT INTO {marker} (sink_id, query_id, batch_id, partition_id, attempt, "
+                "partitions, source_offsets) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (*values, stored.partitions, stored.source_offsets),
             )
+
+    def newest_marker_rows(self, sink_id: str) -> list[MarkerRow]:
+        marker = _table(self.options.marker_table)
+        conn = self.connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                found = self._marker_attempt(cursor)
+                if found is None:
+                    return []
+                offsets = "m.partitions, m.source_offsets" if found[2] else "NULL, NULL"
+                cursor.execute(
+                    f"SELECT m.query_id, m.partition_id, m.batch_id, {offsets}, "
+                    f"UNIX_TIMESTAMP(m.committed_at) FROM {marker} m JOIN ("
+                    f"SELECT query_id, partition_id, MAX(batch_id) AS batch_id FROM {marker} "
+                    "WHERE sink_id = %s GROUP BY query_id, partition_id) n "
+                    "ON m.query_id = n.query_id AND m.partition_id = n.partition_id "
+                    "AND m.batch_id = n.batch_id WHERE m.sink_id = %s",
+                    (sink_id, sink_id),
+                )
+                rows = cursor.fetchall()
+        finally:
+            _close_quietly(conn)
+        return [
+            MarkerRow(str(q), int(p), int(b), n, o, None if t is None else float(t))
+            for q, p, b, n, o, t in rows
+        ]
 
     def hold_attempt_lock(self, conn: Any, name: AttemptLock) -> None:
         # a user-level lock: not transactional, released when the connection closes

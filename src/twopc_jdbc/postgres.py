@@ -42,6 +42,7 @@ from twopc_jdbc._base import (
     evolution_lock_name,
 )
 from twopc_jdbc._evolution import TableColumn
+from twopc_jdbc._offsets import MarkerOffsets, MarkerRow, warn_no_offset_columns
 from twopc_jdbc._options import TableName
 from twopc_jdbc._pgcopy import HEADER, TRAILER, Encoder, encoder_for
 from twopc_jdbc._secrets import scrub
@@ -113,14 +114,17 @@ _NARROW_ATTEMPT = ("smallint", "integer")
 """Types of a marker table's ``attempt`` column (``information_schema``) that cannot hold
 Spark's task attempt ids: ``integer`` is what twopc 0.2 and earlier created."""
 _MARKER_ATTEMPT = (
-    "SELECT n.nspname, c.data_type FROM pg_class r "
+    "SELECT n.nspname, c.data_type, o.column_name IS NOT NULL FROM pg_class r "
     "JOIN pg_namespace n ON n.oid = r.relnamespace "
     "LEFT JOIN information_schema.columns c ON c.table_schema = n.nspname "
     "AND c.table_name = r.relname AND c.column_name = 'attempt' "
+    "LEFT JOIN information_schema.columns o ON o.table_schema = n.nspname "
+    "AND o.table_name = r.relname AND o.column_name = 'source_offsets' "
     "WHERE r.oid = to_regclass(%s)"
 )
-"""The marker table's schema and the type of its ``attempt`` column; no row if the table
-does not exist (``to_regclass`` finds it the way the sink's statements do)."""
+"""The marker table's schema, the type of its ``attempt`` column and whether it has the
+offset columns; no row if the table does not exist (``to_regclass`` finds it the way the
+sink's statements do)."""
 
 
 _WRITER_COLUMNS = ("sink_id", "query_id", "host", "pid", "process_start", "updated_at")
@@ -282,23 +286,28 @@ class PostgresSink(SqlSink):
 
     # -- markers and transactions -----------------------------------------------------------
 
-    def ensure_marker_table(self, conn: Any) -> None:
+    def ensure_marker_table(self, conn: Any) -> bool:
         marker = self._ident(self.options.marker_table)
         # Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the schema
         # even when the table exists, and writers often lack it.
         found = self._marker_attempt(conn)
+        keeps_offsets = True
         if found is None:
             statement = sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
                 "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
                 "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+                "partitions integer, source_offsets text, "
                 "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
             ).format(marker)
             # another task may create it at the same moment
             with contextlib.suppress(*_ALREADY_CREATED):
                 conn.execute(statement)
-        elif found[1] in _NARROW_ATTEMPT:
-            self._widen_attempt(conn, *found)
+        else:
+            schema, attempt_type, has_offsets = found
+            if attempt_type in _NARROW_ATTEMPT:
+                self._widen_attempt(conn, schema, attempt_type)
+            keeps_offsets = has_offsets or self._add_offset_columns(conn, schema)
         if self.two_phase:
             value = conn.execute("SHOW max_prepared_transactions").fetchone()[0]
             if int(value) == 0:
@@ -307,16 +316,48 @@ class PostgresSink(SqlSink):
                     "has max_prepared_transactions = 0; set it above 0 (e.g. 64) and restart "
                     "PostgreSQL, or use transaction_mode='transaction'"
                 )
+        return keeps_offsets
 
-    def _marker_attempt(self, conn: Any) -> tuple[str, str | None] | None:
+    def _marker_attempt(self, conn: Any) -> tuple[str, str | None, bool] | None:
         """Where the marker table is (the schema the connection's ``search_path`` finds it
-        in) and the type of its ``attempt`` column, from the catalog; None if it does not
-        exist."""
+        in), the type of its ``attempt`` column and whether it has the offset columns, from
+        the catalog; None if it does not exist."""
         regclass = self._ident(self.options.marker_table).as_string(conn)
         row = conn.execute(_MARKER_ATTEMPT, (regclass,)).fetchone()
         if row is None:
             return None
-        return str(row[0]), None if row[1] is None else str(row[1])
+        return str(row[0]), None if row[1] is None else str(row[1]), bool(row[2])
+
+    def _add_offset_columns(self, conn: Any, schema: str) -> bool:
+        """Give a marker table of an earlier version the offset columns, once (under an
+        advisory lock, the catalog read again). Without the right to alter the table, the
+        sink goes on without them and says what to run: whether the table has them now."""
+        table = self.options.marker_table
+        alter = sql.SQL(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS partitions integer, "
+            "ADD COLUMN IF NOT EXISTS source_offsets text"
+        )
+        lock = evolution_lock_name(self.settings.database, table)
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
+                )
+                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
+                now = self._marker_attempt(conn)
+                if now is None or now[2]:
+                    return True  # another task added them meanwhile
+                conn.execute(alter.format(self._ident(table)))
+        except pgerrors.InsufficientPrivilege as exc:
+            statement = alter.format(self._ident(TableName(table.name, schema)))
+            warn_no_offset_columns(str(table), _first_line(exc), statement.as_string(conn))
+            return False
+        except psycopg.Error as exc:
+            raise self._error(
+                exc, f"cannot add the source offset columns to the marker table {table}"
+            ) from exc
+        _log.info("marker table %s: added the source offset columns", table)
+        return True
 
     def _widen_attempt(self, conn: Any, schema: str, narrow: str | None) -> None:
         """Migrate a marker table of an earlier version, whose ``attempt`` column is 32-bit,
@@ -363,13 +404,26 @@ class PostgresSink(SqlSink):
         ).fetchone()
         return row is not None
 
-    def insert_marker(self, conn: Any, key: MarkerKey, attempt: int) -> None:
+    def insert_marker(
+        self, conn: Any, key: MarkerKey, attempt: int, stored: MarkerOffsets | None
+    ) -> None:
+        marker = self._ident(self.options.marker_table)
+        values = (key.sink_id, key.query_id, key.batch_id, key.partition, attempt)
+        if stored is None:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (sink_id, query_id, batch_id, partition_id, attempt) "
+                    "VALUES (%s, %s, %s, %s, %s)"
+                ).format(marker),
+                values,
+            )
+            return
         conn.execute(
             sql.SQL(
-                "INSERT INTO {} (sink_id, query_id, batch_id, partition_id, attempt) "
-                "VALUES (%s, %s, %s, %s, %s)"
-            ).format(self._ident(self.options.marker_table)),
-            (key.sink_id, key.query_id, key.batch_id, key.partition, attempt),
+                "INSERT INTO {} (sink_id, query_id, batch_id, partition_id, attempt, "
+                "partitions, source_offsets) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            ).format(marker),
+            (*values, stored.partitions, stored.source_offsets),
         )
 
     def hold_attempt_lock(self, conn: Any, name: AttemptLock) -> None:
@@ -463,6 +517,30 @@ class PostgresSink(SqlSink):
         finally:
             _close_quietly(conn)
         return [TargetMarker(str(q), int(p), int(b)) for q, p, b in rows]
+
+    def newest_marker_rows(self, sink_id: str) -> list[MarkerRow]:
+        conn = self.connect(autocommit=True)
+        try:
+            found = self._marker_attempt(conn)
+            if found is None:
+                return []
+            offsets = sql.SQL("m.partitions, m.source_offsets" if found[2] else "NULL, NULL")
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT m.query_id, m.partition_id, m.batch_id, {offsets}, "
+                    "extract(epoch FROM m.committed_at) FROM {marker} m JOIN ("
+                    "SELECT query_id, partition_id, max(batch_id) AS batch_id FROM {marker} "
+                    "WHERE sink_id = %s GROUP BY query_id, partition_id) n "
+                    "USING (query_id, partition_id, batch_id) WHERE m.sink_id = %s"
+                ).format(offsets=offsets, marker=self._ident(self.options.marker_table)),
+                (sink_id, sink_id),
+            ).fetchall()
+        finally:
+            _close_quietly(conn)
+        return [
+            MarkerRow(str(q), int(p), int(b), n, o, None if t is None else float(t))
+            for q, p, b, n, o, t in rows
+        ]
 
     # -- the writer registry ----------------------------------------------------------------
 

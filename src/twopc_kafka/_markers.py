@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
-from twopc import TargetMarker
+from twopc import SourceOffsets, StoredBatch, TargetMarker
 from twopc_kafka._clients import KafkaClients
 from twopc_kafka._coordinator_wait import retry_while_coordinator_busy
 
-__all__ = ["MarkerGroup", "Markers"]
+__all__ = ["METADATA_LIMIT", "MarkerGroup", "Markers"]
 
 _log = logging.getLogger("twopc.kafka")
 
@@ -38,9 +39,30 @@ class Markers:
     def group(self, sink_id: str, query_id: str, partition: int) -> str:
         return f"{self.prefix}.{sink_id}.{query_id}.p{partition}"
 
-    def offset(self, batch_id: int, query_id: str) -> TopicPartition:
-        """The marker a transaction of ``batch_id`` commits."""
-        metadata = json.dumps({"query_id": query_id, "batch_id": batch_id})
+    def offset(
+        self,
+        batch_id: int,
+        query_id: str,
+        *,
+        partitions: int = 0,
+        source_offsets: SourceOffsets | None = None,
+    ) -> TopicPartition:
+        """The marker a transaction of ``batch_id`` commits. Its metadata also keeps the
+        batch's partition count and, in partition 0's marker, its source offsets, when
+        they fit the brokers' limit for offset metadata (else logged, once)."""
+        body: dict[str, Any] = {"query_id": query_id, "batch_id": batch_id}
+        if partitions:
+            body["partitions"] = partitions
+        body["at"] = round(time.time(), 3)
+        metadata = json.dumps(body, separators=(",", ":"))
+        if source_offsets is not None:
+            with_offsets = json.dumps(
+                {**body, "offsets": source_offsets.to_json()}, separators=(",", ":")
+            )
+            if len(with_offsets.encode()) <= METADATA_LIMIT:
+                metadata = with_offsets
+            else:
+                _offsets_too_large(len(with_offsets.encode()))
         return TopicPartition(self.topic, 0, batch_id + 1, metadata=metadata)
 
     def committed_batch(self, sink_id: str, query_id: str, partition: int) -> int | None:
@@ -99,6 +121,33 @@ class Markers:
                     markers.append(TargetMarker(query_id, partition, int(tp.offset) - 1))
         return markers
 
+    def stored(self, admin: Any, groups: list[MarkerGroup]) -> list[StoredBatch]:
+        """What each group's marker keeps (batch, partition count, source offsets, time),
+        grouped by query and batch."""
+        timeout = self.clients.timeout
+        rows: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+        for name, query_id, partition in groups:
+            request = ConsumerGroupTopicPartitions(name, [TopicPartition(self.topic, 0)])
+            futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
+            for tp in futures[name].result(timeout).topic_partitions or ():
+                if tp.error is None and tp.offset >= 1:
+                    kept = _metadata(tp.metadata)
+                    rows.setdefault((query_id, int(tp.offset) - 1), []).append((partition, kept))
+        return [
+            StoredBatch(
+                query_id,
+                batch_id,
+                frozenset(p for p, _ in found),
+                max(int(m.get("partitions") or 0) for _, m in found),
+                next(
+                    (SourceOffsets.from_json(m["offsets"]) for _, m in found if m.get("offsets")),
+                    None,
+                ),
+                max(float(m.get("at") or 0.0) for _, m in found) or None,
+            )
+            for (query_id, batch_id), found in sorted(rows.items())
+        ]
+
     def partitions_seen(self, sink_id: str) -> int:
         """One more than the highest partition with a marker group, in any query; 0 when
         the groups cannot be listed (logged)."""
@@ -108,6 +157,35 @@ class Markers:
             _log.warning("listing consumer groups failed: %s", exc)
             return 0
         return max((partition for _, _, partition in groups), default=-1) + 1
+
+
+METADATA_LIMIT = 4096
+"""The brokers' default ``offset.metadata.max.bytes``: a marker whose metadata is longer
+is refused by the broker, so the source offsets are left out of it then."""
+_WARNED: list[bool] = []
+
+
+def _offsets_too_large(size: int) -> None:
+    if _WARNED:
+        return
+    _WARNED.append(True)
+    _log.warning(
+        "the batch's source offsets (%d bytes of marker metadata) do not fit the %d bytes "
+        "Kafka keeps with a consumer group offset by default (offset.metadata.max.bytes): "
+        "the markers keep no source offsets, and twopc.starting_offsets cannot restart this "
+        "query from the topic",
+        size,
+        METADATA_LIMIT,
+    )
+
+
+def _metadata(text: str | None) -> dict[str, Any]:
+    """A marker's metadata as written by :meth:`Markers.offset` (empty when unreadable)."""
+    try:
+        body = json.loads(text or "")
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 DEFAULT_RETENTION_MINUTES = 10_080

@@ -39,6 +39,7 @@ from twopc import (
     Committable,
     Footprint,
     Inspection,
+    KeepsSourceOffsets,
     LastResource,
     Payload,
     PermanentSinkError,
@@ -47,6 +48,7 @@ from twopc import (
     RecoveryScope,
     Sink,
     SinkError,
+    StoredBatch,
     TaskContext,
     TransientSinkError,
 )
@@ -91,6 +93,7 @@ class KafkaSink(
     Sink[KafkaTransaction],
     CommitsInTask[KafkaTransaction],
     CommitsProgressInTask,
+    KeepsSourceOffsets,
     LastResource,
 ):
     """Exactly-once writes to Kafka topics.
@@ -391,7 +394,12 @@ class KafkaSink(
                     raise error(exc, "producing the marker log record failed") from exc
             self._flush(txn)
             metadata = self.clients.group_metadata(group)
-            marker = self.markers.offset(ctx.batch_id, ctx.query_id)
+            marker = self.markers.offset(
+                ctx.batch_id,
+                ctx.query_id,
+                partitions=ctx.partitions,
+                source_offsets=ctx.source_offsets if ctx.partition == 0 else None,
+            )
             try:
                 txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
             except KafkaException as exc:
@@ -576,6 +584,21 @@ class KafkaSink(
                 f"{self.bootstrap_servers}: {cause}"
             ) from exc
         return {m.partition for m in markers if m.batch_id >= batch_id}
+
+    def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
+        """What the marker groups keep: each partition's newest batch, its partition count
+        and (partition 0's marker) the batch's source offsets."""
+        client_errors = ClientErrors()
+        admin = self.clients.admin(client_errors)
+        try:
+            return self.markers.stored(admin, self.markers.groups(admin, sink_id))
+        except (KafkaException, TimeoutError) as exc:
+            admin.poll(0)  # serves error_cb: why the broker could not be reached
+            kind, cause = classify(exc, client_errors.last)
+            raise kind(
+                f"cannot read the marker groups {self.prefix}.{sink_id}.* on "
+                f"{self.bootstrap_servers}: {cause}"
+            ) from exc
 
     def markers_expire_after(self) -> float | None:
         """The brokers drop a marker group's offsets ``offsets.retention.minutes`` after

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("pyiceberg")
 
-from twopc import ConfigurationError
+from twopc import ConfigurationError, SourceOffsets
 from twopc_iceberg._catalogs import catalog_properties, public_properties
 from twopc_iceberg._datafiles import WrittenFile
-from twopc_iceberg._markers import NO_MARKER, Marker, _parse_property
+from twopc_iceberg._markers import NO_MARKER, _parse_property
 from twopc_iceberg._options import PartitionField, parse_partition_by, s3_storage_options
 from twopc_iceberg.sink import IcebergSink
 
@@ -79,8 +79,14 @@ def test_the_marker_holds_a_batch_and_every_earlier_one() -> None:
     assert marker.committed_attempt(4, 2) == 12 and marker.committed_attempt(3, 0) is None
     grown = marker.after(4, {1: 13})
     assert grown.partitions == {0, 1, 2}
-    assert marker.after(5, {0: 14}) == Marker(5, {0: 14})
+    later = marker.after(5, {0: 14})
+    assert (later.batch_id, later.attempts, later.committed_at is not None) == (5, {0: 14}, True)
     assert _parse_property(grown.to_property()) == grown
+    offsets = SourceOffsets(5, {"orders": {0: 7, 1: 9}})
+    counted = marker.after(5, {0: 14}, count=2, offsets=offsets)
+    assert _parse_property(counted.to_property()) == counted
+    assert counted.after(5, {1: 15}).offsets == offsets  # kept as the batch completes
+    assert counted.summary("ev", "q1", [0])["twopc.partition-count"] == "2"
     assert _parse_property("not json") is None
     summary = grown.summary("ev", "q1", [1])
     assert summary == {

@@ -108,7 +108,8 @@ def find_start(
             sink_id=sink_id,
         )
     newest = _newest_batch(_newest_query(batches, sink_id, where))
-    _refuse_partial(newest, sink_id)
+    if newest.source_offsets is not None or newest.partition_count > 0:
+        _refuse_partial(newest, sink_id)  # (a row of an older twopc stores neither)
     if newest.source_offsets is None:
         raise NoStoredOffsetsError(
             f"batch {newest.batch_id} of query {newest.query_id}, the newest {where} holds "
