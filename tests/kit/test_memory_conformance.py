@@ -17,6 +17,7 @@ from twopc.testing import (
     DriverCommitChecks,
     GroupMemberChecks,
     MemoryDriverSink,
+    SourceOffsetChecks,
     TaskCommitChecks,
     TaskSideChecks,
     forget_store,
@@ -52,7 +53,7 @@ class TestMemoryDriverSink(_InMemory, TaskSideChecks, DriverCommitChecks):
         pytest.skip("in-memory: nothing survives the preparing process")
 
 
-class TestMemoryTaskSink(_InMemory, TaskSideChecks, TaskCommitChecks):
+class TestMemoryTaskSink(_InMemory, TaskSideChecks, TaskCommitChecks, SourceOffsetChecks):
     sink_factory = "twopc.testing:MemoryTaskSink"
     large_rows = 20_000
 

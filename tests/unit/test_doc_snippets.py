@@ -278,7 +278,12 @@ CHECKED: dict[tuple[str, str], str] = {
         "docs/operations.md",
         "$ twopc status postgres --sink-id orders ...\n",
     ): "test_twopc_commands_parse",
+    (
+        "docs/operations.md",
+        "twopc offsets postgres --sink-id orders",
+    ): "test_twopc_commands_parse",
     ("docs/cli.md", "$ twopc plugins"): "test_twopc_commands_parse",
+    ("docs/cli.md", "$ twopc offsets files"): "test_twopc_commands_parse",
     ("docs/cli.md", "$ twopc version"): "test_twopc_commands_parse",
     ("docs/quickstart.md", "twopc demo"): "test_twopc_commands_parse",
     (

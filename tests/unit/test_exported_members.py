@@ -182,6 +182,7 @@ def test_the_testing_helpers_are_pinned() -> None:
         "MemoryTaskSink",
         "SinkChecks",
         "SinkConformanceSuite",
+        "SourceOffsetChecks",
         "SparkChecks",
         "TaskCommitChecks",
         "TaskSideChecks",

@@ -20,7 +20,13 @@ import twopc
 from tests.harness.exactly_once import assert_exactly_once
 from twopc import local
 from twopc.faults import FaultPlan
-from twopc.testing import MemoryTaskSink, forget_store, memory_store
+from twopc.testing import (
+    MemoryDriverSink,
+    MemoryLastResource,
+    MemoryTaskSink,
+    forget_store,
+    memory_store,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -155,3 +161,46 @@ def test_the_decision_records_the_offsets_once(tmp_path: Path) -> None:
     body = json.loads(decision.read_text())
     assert body["source_offsets"] == {"batch_id": 0, "topics": {TOPIC: {"0": 3, "1": 3}}}
     assert all("source_offsets" not in c for c in body["committables"])
+
+
+def test_a_group_starts_where_every_member_ends(tmp_path: Path) -> None:
+    forget_store("group-a")
+    forget_store("group-b")
+    try:
+        group = twopc.SinkGroup(
+            {
+                "task": twopc.Member(MemoryLastResource("group-a")),
+                "driver": twopc.Member(MemoryDriverSink("group-b")),
+            }
+        )
+        checkpoint = tmp_path / "ck"
+        stream = local.LocalStream(str(checkpoint), _batches(2), kafka_topic=TOPIC)
+        log = str(tmp_path / "log")
+        stream.run(local.foreach_batch(group, "both", commit_log=log, processes=False))
+        # the driver-commit member keeps no offsets of its own: the group's commit log does
+        with pytest.raises(twopc.NoStoredOffsetsError, match="commit_log="):
+            twopc.starting_offsets(group, "both")
+        start = twopc.starting_offsets(group, "both", commit_log=log)
+        assert json.loads(start) == {TOPIC: {"0": 6, "1": 6}}
+    finally:
+        forget_store("group-a")
+        forget_store("group-b")
+
+
+def test_the_commit_log_confirms_a_batch_that_ran_fewer_partitions_than_planned(
+    store_name: str, tmp_path: Path
+) -> None:
+    sink = MemoryTaskSink(store_name)
+    checkpoint = tmp_path / "ck"
+    stream = local.LocalStream(str(checkpoint), _batches(2), kafka_topic=TOPIC)
+    log = str(tmp_path / "log")
+    stream.run(local.foreach_batch(sink, "out", commit_log=log, processes=False))
+    # as adaptive execution leaves it: 3 partitions planned (and stored), 2 ran
+    store = memory_store(store_name)
+    for key, (batch_id, _, offsets, at) in list(store.offsets.items()):
+        store.offsets[key] = (batch_id, 3, offsets, at)
+    with pytest.raises(twopc.UnsafeStartError, match="adaptive query execution ran the batch"):
+        twopc.starting_offsets(sink, "out")
+    # the query's decision says every partition that ran committed
+    start = twopc.starting_offsets(sink, "out", commit_log=log)
+    assert json.loads(start) == {TOPIC: {"0": 6, "1": 6}}

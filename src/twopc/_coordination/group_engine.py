@@ -8,6 +8,7 @@ its commit is the group's decision."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -19,6 +20,9 @@ from twopc.groups import SinkGroup, member_sink_id
 from twopc.protocol import Committable
 
 __all__ = ["GroupEngine"]
+
+
+_log = logging.getLogger("twopc")
 
 
 class GroupEngine(BatchEngine):
@@ -71,6 +75,7 @@ class GroupEngine(BatchEngine):
             sink_id=member_sink_id(task.sink_id, name),
             path=CommitPath.of(sink),
             concurrent_attempts=self.engines[name].concurrent_attempts(),
+            partitions=_planned(self.engines[name]),
         )
 
     def committables(
@@ -110,3 +115,13 @@ class GroupEngine(BatchEngine):
     def wait_for_stragglers(self, timeout: float) -> bool:
         ended = [engine.wait_for_stragglers(timeout) for engine in self.engines.values()]
         return all(ended)
+
+
+def _planned(engine: BatchEngine) -> int:
+    """The partitions a member's engine plans (0 when it cannot tell before phase 1):
+    what the member stores with its source offsets."""
+    try:
+        return int(engine.partition_count() or 0)
+    except Exception:
+        _log.debug("a member's engine could not tell its partition count", exc_info=True)
+        return 0

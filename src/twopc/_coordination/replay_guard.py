@@ -101,9 +101,10 @@ class ReplayGuard:
             "an older copy. twopc cannot tell whether the batches planned again read the "
             "same input as when they were committed, so it refuses rather than lose or "
             "duplicate rows. Put the newer checkpoint back, or start from a new checkpoint "
-            "location; keep the commit log outside the checkpoint (commit_log=...) if you "
-            "restore checkpoints from copies (see docs/operations.md, 'An older checkpoint "
-            "restored')",
+            "location at the offsets where the committed output ends (`twopc offsets`, "
+            "twopc.starting_offsets: docs/operations.md, 'The checkpoint is gone'); keep the "
+            "commit log outside the checkpoint (commit_log=...) if you restore checkpoints "
+            "from copies (see docs/operations.md, 'An older checkpoint restored')",
             sink_id=self.sink_id,
             batch_id=batch_id,
         )
@@ -193,9 +194,10 @@ class ReplayGuard:
             "checkpoint now plans for it (its offsets differ): the checkpoint was put back "
             "from an older copy and the query planned the batch anew. Skipping it would "
             "lose rows and rewriting it would duplicate rows, so twopc refuses. Put the "
-            "newer checkpoint back, or start from a new checkpoint location whose starting "
-            "offsets follow the committed output (see docs/operations.md, 'An older "
-            "checkpoint restored')",
+            "newer checkpoint back, or start from a new checkpoint location at the offsets "
+            "where the committed output ends (`twopc offsets`, twopc.starting_offsets: "
+            "docs/operations.md, 'The checkpoint is gone'; see also 'An older checkpoint "
+            "restored')",
             sink_id=self.sink_id,
             batch_id=batch_id,
         )

@@ -194,6 +194,14 @@ class _Setup:
         context = SparkTaskContext.get()
         if batch_id == self.replayed_batch:
             return self.skip_replayed(context, iterator)
+        partition = context.partitionId() if context else 0
+        # the batch's offsets, which partition 0 stores with its marker (a task does not
+        # know its batch's partition count: the decision confirms a whole batch)
+        offsets = (
+            kafka_offsets_of(self.checkpoint, batch_id)
+            if partition == 0 and self.checkpoint
+            else None
+        )
         task = Phase1Task(
             self.sink,
             self.sink_id,
@@ -202,9 +210,10 @@ class _Setup:
             CommitPath.of(self.sink),
             faults=self.faults,
             concurrent_attempts=self.concurrent_attempts,
+            source_offsets=offsets,
         )
         report = task.run(
-            context.partitionId() if context else 0,
+            partition,
             context.attemptNumber() if context else 0,
             iterator,
             attempt_id=self.attempt_id(context.taskAttemptId() if context else 0),

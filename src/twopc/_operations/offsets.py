@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from twopc.errors import (
     OffsetsMismatchError,
     UnsafeStartError,
 )
+from twopc.groups import SinkGroup
 from twopc.progress import SourceOffsets
 from twopc.protocol import KeepsSourceOffsets, Sink, StoredBatch, WorkKind
 from twopc.secrets import redact
@@ -34,7 +35,9 @@ _log = logging.getLogger("twopc")
 
 _RECOVER_FIRST = (
     "run `twopc recover` for the sink id with the commit log the old query used (it "
-    "finishes a decided batch and aborts an undecided one), then ask again"
+    "finishes a decided batch and aborts an undecided one), then ask again. If that log "
+    "went with the checkpoint, `twopc recover --force` aborts the waiting work, which never "
+    "became visible: the start then follows what the target holds"
 )
 
 
@@ -100,7 +103,76 @@ def find_start(
     """:func:`starting_offsets` with where they came from."""
     sink_id = validate_sink_id(sink_id)
     _refuse_pending(sink, sink_id)
-    batches, where = _stored(sink, sink_id, commit_log, storage_options)
+    if isinstance(sink, SinkGroup):
+        point = _group_start(sink, sink_id, commit_log, storage_options)
+    else:
+        batches, where = _stored(sink, sink_id, commit_log, storage_options)
+        point = _start_of(batches, sink_id, where, _decisions(sink, sink_id, commit_log))
+    _check_topics(point.offsets, topics, sink_id)
+    _log.info(
+        "twopc sink=%s: a new query starts after batch %d of query %s (%s): %s",
+        sink_id,
+        point.batch_id,
+        point.query_id,
+        point.where,
+        point.spark_json(),
+    )
+    return point
+
+
+def _group_start(
+    group: SinkGroup,
+    sink_id: str,
+    commit_log: str | None,
+    storage_options: dict[str, Any] | None,
+) -> StartingPoint:
+    """Every member's start, which must be the same: the group's one decision commits a
+    batch in all members or none. Members that keep no offsets of their own are served by
+    the group's commit log."""
+    points: dict[str, StartingPoint] = {}
+    for name, member_id in group.member_ids(sink_id).items():
+        member = group.members[name].sink
+        if isinstance(member, KeepsSourceOffsets):
+            batches, where = member.stored_offsets(member_id), f"member {name!r}"
+        else:
+            batches, where = _stored(group, sink_id, commit_log, storage_options)
+            where = f"member {name!r} ({where})"
+        points[name] = _start_of(batches, member_id, where)
+    found = {(p.query_id, p.batch_id, p.spark_json()) for p in points.values()}
+    if len(found) > 1:
+        shown = "; ".join(
+            f"{name}: after batch {p.batch_id} of query {p.query_id}" for name, p in points.items()
+        )
+        raise UnsafeStartError(
+            f"the members of group {sink_id!r} end at different batches ({shown}): a batch "
+            f"is committed in some members only. {_RECOVER_FIRST}",
+            sink_id=sink_id,
+        )
+    first = next(iter(points.values()))
+    return StartingPoint(sink_id, first.query_id, first.batch_id, first.offsets, "every member")
+
+
+def _decisions(
+    sink: Sink[Any], sink_id: str, commit_log: str | None
+) -> Callable[[str, int], bool] | None:
+    """Whether the commit log the caller named holds a batch's decision (a sink that commits
+    in the task records it once every partition committed): what tells a whole batch whose
+    partition count the target holds only as planned (adaptive execution may run fewer
+    partitions than planned). ``None`` without a log."""
+    if not commit_log or CommitPath.of(sink) is not CommitPath.TASK:
+        return None
+    log = CommitLog(commit_log)
+    return lambda query_id, batch_id: log.decision(query_id, batch_id) is not None
+
+
+def _start_of(
+    batches: Sequence[StoredBatch],
+    sink_id: str,
+    where: str,
+    decided: Callable[[str, int], bool] | None = None,
+) -> StartingPoint:
+    """The start after the newest whole batch of the newest query among ``batches``;
+    ``decided`` confirms a batch whole that the stored partition count cannot."""
     if not batches:
         raise NoStoredOffsetsError(
             f"{where} holds no committed batch of sink id {sink_id!r}: nothing was written "
@@ -108,7 +180,9 @@ def find_start(
             sink_id=sink_id,
         )
     newest = _newest_batch(_newest_query(batches, sink_id, where))
-    if newest.source_offsets is not None or newest.partition_count > 0:
+    stored_any = newest.source_offsets is not None or newest.partition_count > 0
+    confirmed = decided is not None and decided(newest.query_id, newest.batch_id)
+    if stored_any and not confirmed:
         _refuse_partial(newest, sink_id)  # (a row of an older twopc stores neither)
     if newest.source_offsets is None:
         raise NoStoredOffsetsError(
@@ -120,17 +194,7 @@ def find_start(
             sink_id=sink_id,
             batch_id=newest.batch_id,
         )
-    _check_topics(newest.source_offsets, topics, sink_id)
-    point = StartingPoint(sink_id, newest.query_id, newest.batch_id, newest.source_offsets, where)
-    _log.info(
-        "twopc sink=%s: a new query starts after batch %d of query %s (%s): %s",
-        sink_id,
-        point.batch_id,
-        point.query_id,
-        where,
-        point.spark_json(),
-    )
-    return point
+    return StartingPoint(sink_id, newest.query_id, newest.batch_id, newest.source_offsets, where)
 
 
 def _stored(
@@ -251,18 +315,29 @@ def _refuse_partial(batch: StoredBatch, sink_id: str) -> None:
         raise UnsafeStartError(
             f"batch {batch.batch_id} of query {batch.query_id} is committed in partitions "
             f"{_ranges(batch.partitions)}, but the target does not say how many partitions "
-            "the batch had, so it cannot tell whether the batch is whole",
+            'the batch had (a format("twopc") task cannot tell), so it cannot tell whether '
+            "the batch is whole: give the old query's commit log (commit_log=, or "
+            "--commit-log / --checkpoint), whose decision confirms a whole batch",
             sink_id=sink_id,
             batch_id=batch.batch_id,
         )
     missing = set(range(batch.partition_count)) - batch.partitions
+    # contiguous from 0: adaptive execution may have run fewer partitions than planned
+    coalesced = batch.partitions == set(range(len(batch.partitions)))
+    hint = (
+        f" (If adaptive query execution ran the batch with {len(batch.partitions)} of the "
+        f"{batch.partition_count} partitions planned, it may be whole: give the old query's "
+        "commit log, --commit-log or --checkpoint, whose decision confirms a whole batch.)"
+        if coalesced
+        else ""
+    )
     raise UnsafeStartError(
         f"batch {batch.batch_id} of query {batch.query_id} is committed in partitions "
         f"{_ranges(batch.partitions)} but not in {_ranges(missing)} (of "
         f"{batch.partition_count}): starting after batch {batch.batch_id - 1} would write "
         f"the committed partitions twice, starting after batch {batch.batch_id} would lose "
         f"the others. Restart the old query on its own checkpoint if it still exists (its "
-        f"replay finishes the batch exactly), else {_RECOVER_FIRST}",
+        f"replay finishes the batch exactly), else {_RECOVER_FIRST}{hint}",
         sink_id=sink_id,
         batch_id=batch.batch_id,
     )

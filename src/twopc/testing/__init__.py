@@ -18,7 +18,8 @@ Install with ``pip install "twopc[testing]"`` and write a test module::
 does not have. The checks also come as one class per part of the contract, to compose:
 :class:`TaskSideChecks` (every sink), :class:`DriverCommitChecks`
 (:class:`~twopc.CommitsOnDriver`), :class:`TaskCommitChecks` (:class:`~twopc.CommitsInTask`),
-:class:`SparkChecks` (real ``foreachBatch`` queries), :class:`EntryPointChecks` (batch
+:class:`SourceOffsetChecks` (:class:`~twopc.KeepsSourceOffsets`), :class:`SparkChecks` (real
+``foreachBatch`` queries), :class:`EntryPointChecks` (batch
 writes and ``format("twopc")`` queries; provide ``format_options(target)``, or set
 ``format_opt_out`` to the reason the sink cannot be given as options) and
 :class:`CrashChecks` (SIGKILL at every crash point, then a restart). Each test gets a fresh
@@ -45,6 +46,7 @@ from twopc.testing._memory import (
     forget_store,
     memory_store,
 )
+from twopc.testing._offset_checks import SourceOffsetChecks
 from twopc.testing._runner import batch_ids, default_batch
 from twopc.testing._spark_checks import SparkChecks
 from twopc.testing._suite import SinkConformanceSuite
@@ -63,6 +65,7 @@ __all__ = [
     "MemoryTaskSink",
     "SinkChecks",
     "SinkConformanceSuite",
+    "SourceOffsetChecks",
     "SparkChecks",
     "TaskCommitChecks",
     "TaskSideChecks",

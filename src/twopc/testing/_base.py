@@ -20,6 +20,7 @@ from twopc._contract.paths import CommitPath
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.coordinator import Coordinator
 from twopc.errors import UnsupportedFormatError
+from twopc.progress import SourceOffsets
 from twopc.protocol import (
     CommitOutcome,
     CommitsInTask,
@@ -74,6 +75,7 @@ GUARANTEES = {
     "format-batch": 'df.write.format("twopc") writes once per write_id',
     "format-stream": 'writeStream.format("twopc") is exactly-once, replays included',
     "group-member": "a group with the reference sink commits all or none, crashes included",
+    "offsets-kept": "the target keeps each batch's source offsets with its output",
 }
 """Every guarantee the kit checks, by id, with the words the summary prints."""
 
@@ -310,14 +312,26 @@ class SinkChecks:
         batch: int = 0,
         partition: int = 0,
         attempt: int = KIT_ATTEMPT,
+        source: tuple[SourceOffsets, int] | None = None,
     ) -> tuple[Any, Committable]:
         """Begin, invoke (when there are ids) and pre-commit one task: (txn, committable).
+        ``source``: the batch's source offsets and partition count, as the task gets them.
 
         The committable must be JSON-serialisable (else the check fails under that
         guarantee); a method of the sink that raises is named in the failure."""
         where = f"batch {batch} partition {partition} attempt {attempt}"
+        offsets, partitions = source if source is not None else (None, 0)
+        ctx = TaskContext(
+            "kit",
+            query,
+            batch,
+            partition,
+            attempt,
+            source_offsets=offsets,
+            partitions=partitions,
+        )
         with sink_call(f"begin_transaction ({where})"):
-            txn = sink.begin_transaction(TaskContext("kit", query, batch, partition, attempt))
+            txn = sink.begin_transaction(ctx)
         if ids:
             with sink_call(f"invoke ({where})"):
                 sink.invoke(txn, self.make_batch(ids))
