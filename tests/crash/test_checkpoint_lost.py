@@ -252,3 +252,35 @@ def test_a_backend_alone_restarts_from_its_stored_offsets(
         assert_target_exactly_once(target, spec, set(range(RECORDS)))
     finally:
         target.cleanup(spec)
+
+
+@pytest.mark.extended
+def test_a_query_change_spark_refuses_continues_on_a_new_checkpoint(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A stateless query reads the topic; the same query with a stateful operator added
+    cannot resume its checkpoint (Spark refuses); started on a new checkpoint from the
+    output's offsets, it continues exactly where the output ends."""
+    topic = _topic_with_records(kafka_bootstrap)
+    target = FilesTarget()
+    spec = target.prepare(unique("changed"), "parquet", tmp_path, 2)
+    checkpoint = tmp_path / "checkpoint"
+    first = run_process(_query(spec, kafka_bootstrap, topic, checkpoint), timeout=300)
+    assert first.returncode == 0, first.stderr[-4000:]
+    _produce(kafka_bootstrap, topic, range(RECORDS, 2 * RECORDS), partitions=2)
+
+    changed = [*_query(spec, kafka_bootstrap, topic, checkpoint), "--dedupe"]
+    refused = run_process(changed, timeout=300)
+    assert refused.returncode != 0 and refused.of("query-failed"), refused.events
+    assert_target_exactly_once(target, spec, set(range(RECORDS)))  # nothing of the change
+
+    found = twopc_cli("offsets", *_files_options(spec), "--topic", topic)
+    assert found.returncode == 0, found.stderr
+    assert sum(json.loads(found.stdout)[topic].values()) == RECORDS
+    new = tmp_path / "new-checkpoint"
+    second = run_process(
+        [*_query(spec, kafka_bootstrap, topic, new, starting=found.stdout.strip()), "--dedupe"],
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert_target_exactly_once(target, spec, set(range(2 * RECORDS)))

@@ -4,8 +4,9 @@ can SIGKILL its driver, delete its checkpoint and start it again elsewhere::
     python -m tests.harness.kafka_source_query --spec JSON --bootstrap B --topic T \\
         --checkpoint DIR [--starting-offsets JSON] [--max-offsets-per-trigger N]
 
-Each record's value is an id (decimal text); the query writes ``id`` and ``payload`` through
-``twopc.foreach_batch`` (repartitioned by id into ``--partitions``) until the topic is read
+Each record's value is an id (decimal text); the query writes ``id`` and ``payload``
+through ``twopc.foreach_batch`` (repartitioned by id into ``--partitions``; with
+``--dedupe``, after a stateful ``dropDuplicates``) until the topic is read
 (``availableNow``). Prints ``{"event": "batch-done", ...}`` per committed batch and
 ``{"event": "query-finished"}``; fault injection comes from ``TWOPC_FAULTS``.
 """
@@ -41,8 +42,11 @@ def run(spark: Any, args: argparse.Namespace) -> int:
             F.col("value").cast("string").cast("long").alias("id"),
             F.concat(F.lit("p"), F.col("partition"), F.lit("@"), F.col("offset")).alias("payload"),
         )
-        .repartition(args.partitions, "id")
     )
+    if args.dedupe:
+        # a stateful operator: a checkpoint written without it cannot be resumed with it
+        frame = frame.dropDuplicates(["id"])
+    frame = frame.repartition(args.partitions, "id")
     if writes_kafka(spec):
         frame = frame.withColumn("key", F.col("id").cast("string"))
 
@@ -82,6 +86,9 @@ def main() -> int:
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--dedupe", action="store_true", help="drop duplicate ids (a stateful operator)"
+    )
     args = parser.parse_args()
     spark = kafka_source_session()
     spark.sparkContext.setLogLevel("ERROR")
