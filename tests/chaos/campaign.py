@@ -70,6 +70,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where Iceberg runs on real Spark write phase 1 (spark: Spark's own writer, the "
         "table created before the query; no worker kills)",
     )
+    parser.add_argument(
+        "--checkpoint-lost",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of the local-engine runs whose checkpoint is deleted after the crash, "
+        "the query then started on a new one from the offsets its output stores (default 0)",
+    )
     parser.add_argument("--sink-factory", default="", help=argparse.SUPPRESS)  # tests only
     parser.add_argument("--list", action="store_true", help="print the scenarios and stop")
     args = parser.parse_args(argv)
@@ -77,13 +85,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("give --seed (with --runs) or --seeds, not both")
     if args.runs < 1 or not 0.0 <= args.spark_share <= 1.0:
         parser.error("--runs must be positive and --spark-share within [0, 1]")
+    if not 0.0 <= args.checkpoint_lost <= 1.0:
+        parser.error("--checkpoint-lost must be within [0, 1]")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     options = Options(
-        tuple(args.backend), tuple(args.target), args.spark_share, args.iceberg_write_path
+        tuple(args.backend),
+        tuple(args.target),
+        args.spark_share,
+        args.iceberg_write_path,
+        args.checkpoint_lost,
     )
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(10**9)
     seeds = list(range(first, first + args.runs))
@@ -212,12 +226,23 @@ def print_summary(results: Sequence[RunResult], seconds: float) -> None:
             f"\nspeculative copies seen in {seen} of {len(speculative)} speculate runs "
             "(none in a restart that had no batch left to run)"
         )
-    inside = [r for r in results if r.scenario.variant == "log-inside"]
+    inside = [
+        r for r in results if r.scenario.event == "restore" and r.scenario.variant == "log-inside"
+    ]
     if inside:
         refused = sum(1 for r in inside if r.restore_refused)
         print(
             f"restores with the log inside the checkpoint refused in {refused} of "
             f"{len(inside)} (none where the copy was not behind the target)"
+        )
+    lost = [r for r in results if r.scenario.event == "checkpoint-lost"]
+    if lost:
+        restarted = [r for r in lost if r.lost == "restarted"]
+        print(
+            f"checkpoints lost: {len(restarted)} of {len(lost)} runs started a new checkpoint "
+            f"from the stored offsets ({sum(r.passed for r in restarted)} passed); "
+            f"{sum(1 for r in lost if r.lost == 'refused')} refused a partly committed batch "
+            "and ran the old checkpoint again"
         )
     spark = sum(1 for r in results if r.scenario.engine == "spark")
     print(
@@ -252,6 +277,7 @@ def write_json(
             "targets": list(options.targets),
             "spark_share": options.spark_share,
             "iceberg_write_path": options.iceberg_write_path,
+            "checkpoint_lost": options.checkpoint_lost,
         },
         "runs": len(results),
         "passed": sum(1 for r in results if r.passed),

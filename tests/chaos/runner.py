@@ -53,6 +53,7 @@ class RunResult:
     paused: bool = False  # the scenario's service pause happened (a restart ran)
     speculated: bool | None = None  # speculate: a speculative copy was seen to run
     restore_refused: bool = False  # restore (log inside): the older copy was refused
+    lost: str = ""  # checkpoint-lost: "restarted" from the stored offsets, or "refused"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +70,7 @@ class RunResult:
             "paused": self.paused,
             "speculated": self.speculated,
             "restore_refused": self.restore_refused,
+            "lost": self.lost,
         }
 
 
@@ -146,7 +148,9 @@ class Runner:
                 spec = target.for_spark_writer(spec)
             if self.factory and isinstance(spec, SinkRecipe):
                 spec = replace(spec, factory=self.factory)
-            if scenario.event == "restore" and scenario.variant != "log-inside":
+            if scenario.event in ("restore", "checkpoint-lost") and (
+                scenario.variant != "log-inside"
+            ):
                 spec = replace(spec, log_outside=True)  # as docs/operations.md advises
             completed = self._attempts(scenario, target, spec, run_dir, result)
             if scenario.event == "speculate":
@@ -187,6 +191,7 @@ class Runner:
         )
         original = (spec, scenario.partitions)
         shape, restored = original, False
+        start: dict[int, int] | None = None  # checkpoint-lost: the new checkpoint's start
         for index in range(self.max_restarts):
             first = index == 0
             log = run_dir / f"attempt-{index}.log"
@@ -198,7 +203,14 @@ class Runner:
             if index == 1 and scenario.event == "stop":
                 environ[STOP_AFTER_ENV] = f"{scenario.stop_delay:g}"
             attempt = self._start(
-                scenario, shape[0], run_dir, log, environ, partitions=shape[1], first=first
+                scenario,
+                shape[0],
+                run_dir,
+                log,
+                environ,
+                partitions=shape[1],
+                first=first,
+                start=start,
             )
             injector = _Injector(self, scenario, target, attempt, log) if first else None
             pauser = (
@@ -226,6 +238,10 @@ class Runner:
                     self.bounce(target, scenario.downtime)
                 if scenario.event == "restore" and (run_dir / "chk").exists():
                     shutil.copytree(run_dir / "chk", run_dir / "chk-copy")
+                if scenario.event == "checkpoint-lost":
+                    start = lose_checkpoint(spec, run_dir / "chk", result)
+                    if result.lost == "restarted":
+                        continue  # the new checkpoint, even when the first attempt finished
             output = log.read_text(errors="replace")
             refused = code != 0 and RESHAPE_REFUSED in output
             shape = original if refused else reshaped
@@ -262,6 +278,7 @@ class Runner:
         *,
         partitions: int,
         first: bool,
+        start: dict[int, int] | None = None,
     ) -> procs.Attempt | HostAttempt:
         checkpoint = str(run_dir / "chk")
         master, speculation = self._resolve(scenario.master if first else scenario.restart_master)
@@ -275,6 +292,8 @@ class Runner:
                     rows=scenario.rows,
                     max_attempts=scenario.max_attempts,
                     split=partitions,
+                    kafka_source=scenario.event == "checkpoint-lost",
+                    start=start,
                 ),
                 log,
                 environ,
@@ -504,3 +523,62 @@ def _write_spark_input(scenario: Scenario, directory: Path) -> None:
             for i in range(scenario.partitions * scenario.rows)
         ]
         (directory / f"batch-{b:05d}.json").write_text("\n".join(lines) + "\n")
+
+
+def lose_checkpoint(spec: Any, checkpoint: Path, result: RunResult) -> dict[int, int] | None:
+    """The ``checkpoint-lost`` event: delete the checkpoint (a copy is kept aside), settle
+    what the crash left (recovery with the commit log, where it survived), and ask the
+    output where a new checkpoint starts. A start (or nothing committed yet, when the new
+    checkpoint reads everything): ``result.lost = "restarted"`` and the start is returned.
+    A partly committed batch refused (no start is exact without the old checkpoint):
+    ``"refused"``, and the copy is put back, as an operator who still has it would.
+    Anything else raises (the run fails)."""
+    import twopc
+    from tests.harness.group_recipe import build
+
+    copy = checkpoint.with_name("chk-lost-copy")
+    if checkpoint.exists():
+        shutil.copytree(checkpoint, copy)
+        shutil.rmtree(checkpoint)
+    sink = build(spec)
+    log_url = spec.commit_log(str(checkpoint)) or sink.default_commit_log(spec.sink_id)
+    survived = log_url is not None and not str(log_url).startswith(str(checkpoint) + "/")
+    try:
+        start = _ask_start(sink, spec.sink_id, log_url if survived else None)
+    except twopc.UnsafeStartError as exc:
+        if "committed in partitions" in str(exc):
+            return _put_back(copy, checkpoint, result)
+        # work waits: recovery settles it, with the surviving log, else forced (the log is
+        # lost only for sinks that leave no prepared work: it aborts open transactions)
+        report = twopc.recover_sink(
+            sink, spec.sink_id, twopc.CommitLog(str(log_url)), force=not survived
+        )
+        if not report.ok:
+            raise RuntimeError(f"recovery before the new checkpoint failed: {report}") from exc
+        try:
+            start = _ask_start(sink, spec.sink_id, log_url if survived else None)
+        except twopc.UnsafeStartError:
+            return _put_back(copy, checkpoint, result)
+    result.lost = "restarted"
+    shutil.rmtree(copy, ignore_errors=True)
+    return start
+
+
+def _ask_start(sink: Any, sink_id: str, log: str | None) -> dict[int, int] | None:
+    """The stored start, or ``None`` when nothing of the sink id is committed yet."""
+    import twopc
+    from tests.harness.recipe_local_query import KAFKA_TOPIC
+
+    try:
+        found = twopc.starting_offsets(sink, sink_id, topics=[KAFKA_TOPIC], commit_log=log)
+    except twopc.NoStoredOffsetsError as exc:
+        if "no committed batch" in str(exc):
+            return None  # the crash came before any commit: the new checkpoint reads all
+        raise
+    return {int(p): int(o) for p, o in json.loads(found)[KAFKA_TOPIC].items()}
+
+
+def _put_back(copy: Path, checkpoint: Path, result: RunResult) -> None:
+    result.lost = "refused"
+    if copy.exists():
+        copy.rename(checkpoint)

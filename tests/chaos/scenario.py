@@ -94,7 +94,7 @@ SPARK_WEIGHTS = {"driver": 0.4, "worker": 0.3, "executor": 0.3}
 POINT_SHARE = 0.6
 """Share of runs timed by a named crash point; the rest are killed after a random delay."""
 
-EVENTS = ("none", "rescale", "rename", "restore", "stop", "speculate")
+EVENTS = ("none", "rescale", "rename", "restore", "stop", "speculate", "checkpoint-lost")
 """Operational events between the crash and the restarts (docs/operations.md, 'Outside the
 happy path'): the restarts run with another partition count (``rescale``) or another naming
 option (``rename``: a Kafka transactional.id prefix, the other SQL transaction mode); the
@@ -103,7 +103,9 @@ query runs again (``restore``); the second attempt is stopped with ``query.stop(
 random delay (``stop``, Spark only); the restarts run with ``spark.speculation=true`` on a
 standalone cluster with one slow task per batch, so that a speculative copy runs
 (``speculate``, Spark only, two partitions, not Kafka ``atomic`` whose single-task stage Spark
-never speculates)."""
+never speculates); the checkpoint is deleted after the crash and the query started on a new
+one from the offsets its output stores (``checkpoint-lost``, drawn only with the option
+``checkpoint_lost``, local engine: its stream's offsets look like a Kafka source's)."""
 EVENT_WEIGHTS = {
     "none": 0.55,
     "rescale": 0.15,
@@ -155,6 +157,9 @@ class Options:
     targets: tuple[str, ...] = ()
     spark_share: float = 0.01
     iceberg_write_path: str = "python"
+    checkpoint_lost: float = 0.0
+    """Share of the local-engine runs whose event is ``checkpoint-lost`` (drawn from a
+    stream of its own: 0 leaves every seed's scenario as it was)."""
 
     def combos(self) -> list[tuple[str, str]]:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
@@ -184,6 +189,8 @@ class Options:
         flags += [f"--target={t}" for t in self.targets]
         if self.iceberg_write_path != "python":
             flags.append(f"--iceberg-write-path={self.iceberg_write_path}")
+        if self.checkpoint_lost:
+            flags.append(f"--checkpoint-lost={self.checkpoint_lost:g}")
         return [*flags, f"--spark-share={self.spark_share:g}"]
 
 
@@ -319,6 +326,9 @@ def draw(seed: int, options: Options) -> Scenario:
     variant = _variant(seed, event, backend)
     backend, mode, event = _group(seed, backend, mode, event, options)
     fault = _last_resource_fault(seed, mode, fault, partitions)
+    if _checkpoint_lost(seed, engine, options.checkpoint_lost):
+        event, partitions_after, stop_delay, loser = "checkpoint-lost", 0, 0.0, ""
+        variant = _lost_log(backend, mode)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -361,6 +371,21 @@ def _variant(seed: int, event: str, backend: str) -> str:
             return "log-outside"  # the files sink keeps its log next to the data
         return rng.choice(("log-outside", "log-inside"))
     return ""
+
+
+def _checkpoint_lost(seed: int, engine: str, share: float) -> bool:
+    """Whether the run's event is ``checkpoint-lost``, from a stream of its own."""
+    return engine == "local" and share > 0 and random.Random(f"lost-{seed}").random() < share
+
+
+def _lost_log(backend: str, mode: str) -> str:
+    """Where the commit log of a ``checkpoint-lost`` run lives. Inside the checkpoint (and
+    lost with it) only for sinks that leave no prepared work (Kafka, SQL ``transaction``):
+    a driver-commit run's log is kept beside it, as docs/operations.md advises, since
+    without it a batch that phase 2 committed in part cannot be finished."""
+    if backend in ("kafka",) or (backend in ("postgres", "mysql") and mode == "transaction"):
+        return "log-inside"
+    return "log-outside"
 
 
 def service_of(backend: str, mode: str) -> str | None:

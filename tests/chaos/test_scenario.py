@@ -196,3 +196,29 @@ def test_iceberg_spark_writer_runs_never_kill_a_python_worker() -> None:
     assert "--iceberg-write-path=spark" in options.repro_flags()
     python = Options(backends=("iceberg",), spark_share=1.0)
     assert "worker" in {draw(seed, python).target for seed in range(300)}
+
+
+def test_checkpoint_lost_is_drawn_apart_on_local_runs_only() -> None:
+    """``checkpoint_lost`` 0 (the default) leaves every seed as it was; 1 makes every
+    local-engine run lose its checkpoint, never a Spark run (its file source keeps no
+    offsets the output could store), with the commit log lost too only where no prepared
+    work can wait."""
+    lost = Options(checkpoint_lost=1.0, spark_share=0.3)
+    for seed in range(300):
+        before = draw(seed, Options(spark_share=0.3))
+        after = draw(seed, lost)
+        if before.engine == "spark":
+            assert after == before
+            continue
+        assert after.event == "checkpoint-lost"
+        assert after == replace(
+            before,
+            event="checkpoint-lost",
+            partitions_after=0,
+            stop_delay=0.0,
+            loser="",
+            variant=after.variant,
+        )
+        inside = after.backend == "kafka" or after.mode == "transaction"
+        assert after.variant == ("log-inside" if inside else "log-outside")
+    assert "--checkpoint-lost=1" in repro(draw(1, lost), lost, "")

@@ -39,6 +39,10 @@ def _resplit(table: pa.Table, count: int) -> list[pa.Table]:
     return [table.filter(pc.equal(remainder, p)) for p in range(count)]
 
 
+KAFKA_TOPIC = "chaos-in"
+"""The topic a ``kafka_source`` run's offsets name."""
+
+
 def run_query(
     spec: SinkRecipe | GroupRecipe,
     checkpoint: str,
@@ -48,9 +52,21 @@ def run_query(
     rows: int,
     max_attempts: int,
     split: int = 0,
+    kafka_source: bool = False,
+    start: dict[int, int] | None = None,
 ) -> None:
-    stream = LocalStream(
-        checkpoint, input_batches(writes_kafka(spec), batches, partitions, rows, split)
+    """Run the query. ``kafka_source``: its offsets look like a Kafka source's (partition
+    ``p`` of every batch is partition ``p`` of :data:`KAFKA_TOPIC`), so the output stores
+    them; ``start``: a new checkpoint's starting offsets, the end of a batch, from which the
+    query reads the batches after it."""
+    data = input_batches(writes_kafka(spec), batches, partitions, rows, split)
+    if start:
+        done = min(start.values()) // rows  # every partition of a batch holds `rows` rows
+        data = data[done:]
+    stream = (
+        LocalStream(checkpoint, data, kafka_topic=KAFKA_TOPIC, starting_offsets=start)
+        if kafka_source
+        else LocalStream(checkpoint, data)
     )
     writer = foreach_batch(
         build(spec),
