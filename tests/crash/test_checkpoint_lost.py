@@ -7,10 +7,10 @@ decision of a middle batch; its checkpoint is then deleted (or replaced by an em
 directory). The start is refused while the killed batch's work is unsettled, with
 ``twopc recover`` named; after the recovery it is the killed batch's end, and a query on a
 new checkpoint that starts there finishes the topic. A reader of every target sees each id
-once. In CI: the files sink through the command line, and one group whose members are a
-files directory, PostgreSQL and MariaDB tables (``two_phase``), an Iceberg table and a
-Kafka topic (``atomic``), so that each backend's stored offsets are read on real Spark;
-every backend and mode alone under ``--extended``.
+once. In CI: one group whose members are a files directory, PostgreSQL and MariaDB tables
+(``two_phase``), an Iceberg table and a Kafka topic (``atomic``), so that each backend's
+stored offsets are read on real Spark; the files sink through the command line and every
+backend and mode alone under ``--extended``.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def _batches(run: RunResult) -> list[int]:
     return [e["batch"] for e in run.of("batch-done")]
 
 
-@pytest.mark.parametrize("how", ["deleted", pytest.param("emptied", marks=pytest.mark.extended)])
+@pytest.mark.extended  # CI: the group below (a files member); the CLI in tests/unit
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
 def test_files_restart_from_stored_offsets_after_driver_killed_and_checkpoint_lost(
     kafka_bootstrap: str, tmp_path: Path, how: str
 ) -> None:

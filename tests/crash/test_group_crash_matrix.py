@@ -155,7 +155,8 @@ def _spark_case(group: str, point: CrashPoint, *, ci: bool = False) -> object:
 
 
 _SPARK_CI = {  # a representative point per group
-    ("postgres+mysql", CrashPoint.AFTER_DECISION),
+    # postgres+mysql after the decision: tests/crash/test_checkpoint_lost.py kills a group
+    # with both servers' members there in CI, and recovery commits the decided batch
     ("files+postgres", CrashPoint.BETWEEN_MEMBERS),
     ("postgres+kafka", CrashPoint.AFTER_LAST_RESOURCE),
 }

@@ -204,3 +204,32 @@ def test_the_commit_log_confirms_a_batch_that_ran_fewer_partitions_than_planned(
     # the query's decision says every partition that ran committed
     start = twopc.starting_offsets(sink, "out", commit_log=log)
     assert json.loads(start) == {TOPIC: {"0": 6, "1": 6}}
+
+
+def test_twopc_offsets_prints_the_start_and_refuses_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from twopc.cli import main
+
+    out = tmp_path / "out"
+    sink = twopc.create_sink("files", path=str(out), format="parquet")
+    plan = FaultPlan.parse("after_decision:raise@batch=2")
+    with pytest.raises(twopc.TwoPCError):
+        _run(sink, tmp_path / "ck", _batches(3), faults=plan)
+    args = ["offsets", "files", "--sink-id", "out", "--option", f"path={out}"]
+
+    assert main(args) == 2  # batch 2 is decided, not finished
+    assert "twopc recover" in capsys.readouterr().err
+    # the writer that failed is this process, alive: recovery must be forced
+    assert main(["recover", "files", "--sink-id", "out", "--option", f"path={out}", "--force"]) == 0
+    capsys.readouterr()
+
+    assert main([*args, "--topic", TOPIC]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == {TOPIC: {"0": 9, "1": 9}}
+    assert "after batch 2 of query" in printed.err
+    assert main([*args, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["batch_id"], shown["starting_offsets"]) == (2, {TOPIC: {"0": 9, "1": 9}})
+    assert main([*args, "--topic", "payments"]) == 2
+    assert "reads payments" in capsys.readouterr().err
