@@ -36,12 +36,11 @@ from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskReport
-from twopc._engines.checkpoint import input_fingerprint
+from twopc._engines.checkpoint import planned_input
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import SinkError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.groups import SinkGroup
-from twopc.progress import kafka_offsets_of
 from twopc.protocol import Sink
 from twopc.storage import atomic_write, filesystem_for, join
 
@@ -210,15 +209,14 @@ class LocalBatchWriter(BatchWriter):
     ) -> BatchMetrics:
         engine = self._engine(self.sink, partitions)
         with leaving_twopc(self.sink_id, batch_id):
-            fingerprint = input_fingerprint(checkpoint_root, batch_id) if checkpoint_root else None
-            offsets = kafka_offsets_of(checkpoint_root, batch_id) if checkpoint_root else None
+            planned = planned_input(checkpoint_root, batch_id)
         return self.run(
             query_id,
             batch_id,
             engine,
             lambda: checkpoint_root,
-            input_fingerprint=fingerprint,
-            source_offsets=offsets,
+            input_fingerprint=planned.fingerprint,
+            source_offsets=planned.offsets,
         )
 
     def _engine(self, sink: Sink[Any], partitions: Sequence[pa.Table]) -> BatchEngine:

@@ -33,6 +33,7 @@ __all__ = [
     "ProgressInTask",
     "ProgressReporter",
     "SourceOffsets",
+    "kafka_offsets_in",
     "kafka_offsets_of",
 ]
 
@@ -171,6 +172,11 @@ def kafka_offsets_of(
     except Exception:
         _log.debug("no offsets for batch %d in %s", batch_id, checkpoint_root, exc_info=True)
         return None
+    return kafka_offsets_in(text, batch_id)
+
+
+def kafka_offsets_in(text: str, batch_id: int) -> SourceOffsets | None:
+    """:func:`kafka_offsets_of` for the text of an offset log entry already read."""
     topics: dict[str, dict[int, int]] = {}
     for line in text.splitlines()[2:]:
         for topic, partitions in _kafka_offsets_in(line).items():

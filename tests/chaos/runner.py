@@ -541,22 +541,28 @@ def lose_checkpoint(spec: Any, checkpoint: Path, result: RunResult) -> dict[int,
         shutil.copytree(checkpoint, copy)
         shutil.rmtree(checkpoint)
     sink = build(spec)
-    log_url = spec.commit_log(str(checkpoint)) or sink.default_commit_log(spec.sink_id)
-    survived = log_url is not None and not str(log_url).startswith(str(checkpoint) + "/")
+    given = spec.commit_log(str(checkpoint))  # None: the sink's own (files: with the data)
+    survived = given is None or not given.startswith(str(checkpoint) + "/")
+    log = (
+        twopc.CommitLog(given)
+        if given
+        else twopc.CommitLog(
+            sink.default_commit_log(spec.sink_id) or "", sink.default_commit_log_options()
+        )
+    )
+    asked = given if survived else None  # the sink's own log is found without naming it
     try:
-        start = _ask_start(sink, spec.sink_id, log_url if survived else None)
+        start = _ask_start(sink, spec.sink_id, asked)
     except twopc.UnsafeStartError as exc:
         if "committed in partitions" in str(exc):
             return _put_back(copy, checkpoint, result)
         # work waits: recovery settles it, with the surviving log, else forced (the log is
         # lost only for sinks that leave no prepared work: it aborts open transactions)
-        report = twopc.recover_sink(
-            sink, spec.sink_id, twopc.CommitLog(str(log_url)), force=not survived
-        )
+        report = twopc.recover_sink(sink, spec.sink_id, log, force=not survived)
         if not report.ok:
             raise RuntimeError(f"recovery before the new checkpoint failed: {report}") from exc
         try:
-            start = _ask_start(sink, spec.sink_id, log_url if survived else None)
+            start = _ask_start(sink, spec.sink_id, asked)
         except twopc.UnsafeStartError:
             return _put_back(copy, checkpoint, result)
     result.lost = "restarted"

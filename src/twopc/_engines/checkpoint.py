@@ -14,20 +14,41 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+from twopc.progress import SourceOffsets, kafka_offsets_in
 from twopc.storage import filesystem_for, join
 
-__all__ = ["input_fingerprint", "planned_batch", "query_id_of", "why_no_query_id"]
+__all__ = [
+    "PlannedInput",
+    "input_fingerprint",
+    "planned_batch",
+    "planned_input",
+    "query_id_of",
+    "why_no_query_id",
+]
 
 _log = logging.getLogger("twopc")
 
 
-def input_fingerprint(
-    checkpoint_root: str, batch_id: int, storage_options: dict[str, Any] | None = None
-) -> str | None:
-    """A digest of batch ``batch_id``'s planned input, or ``None`` when the checkpoint
-    cannot be read (another filesystem than fsspec knows, no offsets file yet)."""
+@dataclass(frozen=True)
+class PlannedInput:
+    """What the checkpoint's offset log says about a batch: its input's fingerprint and,
+    for a Kafka source, the offsets it ends at (each ``None`` when unknown)."""
+
+    fingerprint: str | None = None
+    offsets: SourceOffsets | None = None
+
+
+def planned_input(
+    checkpoint_root: str | None, batch_id: int, storage_options: dict[str, Any] | None = None
+) -> PlannedInput:
+    """The batch's :class:`PlannedInput`, from one read of ``<checkpoint>/offsets/<batch>``
+    (and the file sources' logs); empty when there is no checkpoint or it cannot be read
+    (another filesystem than fsspec knows, no offsets file yet)."""
+    if not checkpoint_root:
+        return PlannedInput()
     try:
         fs, root = filesystem_for(checkpoint_root, storage_options)
         offsets = fs.cat_file(join(root, "offsets", str(batch_id))).decode()
@@ -36,7 +57,7 @@ def input_fingerprint(
             digest.update(line.strip().encode() + b"\n")
         for entry in _file_source_entries(fs, root, batch_id):
             digest.update(entry.encode() + b"\n")
-        return digest.hexdigest()
+        return PlannedInput(digest.hexdigest(), kafka_offsets_in(offsets, batch_id))
     except Exception:
         _log.debug(
             "cannot read the input of batch %d from the checkpoint %s",
@@ -44,7 +65,15 @@ def input_fingerprint(
             checkpoint_root,
             exc_info=True,
         )
-        return None
+        return PlannedInput()
+
+
+def input_fingerprint(
+    checkpoint_root: str, batch_id: int, storage_options: dict[str, Any] | None = None
+) -> str | None:
+    """A digest of batch ``batch_id``'s planned input, or ``None`` when the checkpoint
+    cannot be read (another filesystem than fsspec knows, no offsets file yet)."""
+    return planned_input(checkpoint_root, batch_id, storage_options).fingerprint
 
 
 def planned_batch(

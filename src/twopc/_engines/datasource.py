@@ -46,7 +46,13 @@ from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reported import ReportedBatches
 from twopc._coordination.reports import TaskOutcome, TaskReport
 from twopc._engines.batch_write import BATCH_ID, batch_query_id, check_batch_sink, validate_write_id
-from twopc._engines.checkpoint import input_fingerprint, planned_batch, query_id_of, why_no_query_id
+from twopc._engines.checkpoint import (
+    input_fingerprint,
+    planned_batch,
+    planned_input,
+    query_id_of,
+    why_no_query_id,
+)
 from twopc._engines.writer import resolve_commit_log, validate_sink_id
 from twopc.errors import BackendNotFoundError, ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
@@ -286,9 +292,10 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         setup = self.setup
         assert setup.query_id is not None
-        fingerprint = input_fingerprint(setup.checkpoint, batchId) if setup.checkpoint else None
-        # the batch's Kafka offsets, stored with the output (and reported, with progress)
-        offsets = kafka_offsets_of(setup.checkpoint, batchId) if setup.checkpoint else None
+        # the input's fingerprint, and the batch's Kafka offsets: stored with the output
+        # (and reported, with progress)
+        planned = planned_input(setup.checkpoint, batchId)
+        fingerprint, offsets = planned.fingerprint, planned.offsets
         if setup.progress is not None and setup.checkpoint and offsets is None:
             _log.warning(
                 "twopc sink=%s batch %d: progress is reported, but the checkpoint holds "

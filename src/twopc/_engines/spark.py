@@ -20,13 +20,13 @@ from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
-from twopc._engines.checkpoint import input_fingerprint, query_id_of
+from twopc._engines.checkpoint import planned_input, query_id_of
 from twopc._engines.spark_engine import JobTracker, SparkEngine, is_connect_session
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import ConfigurationError
 from twopc.faults import FaultPlan
 from twopc.groups import SinkGroup, member_sink_id
-from twopc.progress import ProgressReporter, SourceOffsets, kafka_offsets_of
+from twopc.progress import ProgressReporter, SourceOffsets
 from twopc.protocol import CommitsOnDriver, Sink, WritesWithSpark
 from twopc.storage import filesystem_for, join
 
@@ -194,13 +194,13 @@ class SparkBatchWriter(BatchWriter):
             query_id, checkpoint, run_id = self._over_connect(df, batch_id)
         else:
             query_id, checkpoint, run_id = self._classic(spark)
-        source_offsets = self._source_offsets(checkpoint, batch_id)
+        planned = planned_input(checkpoint, batch_id)  # one read of the offset log
+        source_offsets = self._source_offsets(planned.offsets, checkpoint, batch_id)
         if not self._phase1_chosen:
             self._choose_phase1()
         df = arrange_for(self.sink, df)
         self._tracker = JobTracker.of(df.sparkSession, self._tracker)
-        fingerprint = input_fingerprint(checkpoint, batch_id) if checkpoint else None
-        return _SparkBatch(df, query_id, checkpoint, run_id, source_offsets, fingerprint)
+        return _SparkBatch(df, query_id, checkpoint, run_id, source_offsets, planned.fingerprint)
 
     def _classic(self, spark: Any) -> tuple[str, str | None, str]:
         """The query id, checkpoint and run id of a batch of classic PySpark."""
@@ -256,11 +256,12 @@ class SparkBatchWriter(BatchWriter):
             self._speculation = str(setting).lower() == "true"
         return query_id, checkpoint, ""
 
-    def _source_offsets(self, checkpoint: str | None, batch_id: int) -> SourceOffsets | None:
+    def _source_offsets(
+        self, offsets: SourceOffsets | None, checkpoint: str | None, batch_id: int
+    ) -> SourceOffsets | None:
         """The source offsets the batch ends at (a Kafka source's, from the checkpoint),
         which the batch stores with its output; ``None`` for another source (logged once).
         With ``progress=``, a query without them is refused before anything is written."""
-        offsets = kafka_offsets_of(checkpoint, batch_id) if checkpoint else None
         if offsets is None and not self._said_no_offsets:
             self._said_no_offsets = True
             _log.info(

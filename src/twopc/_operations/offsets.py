@@ -107,7 +107,8 @@ def find_start(
         point = _group_start(sink, sink_id, commit_log, storage_options)
     else:
         batches, where = _stored(sink, sink_id, commit_log, storage_options)
-        point = _start_of(batches, sink_id, where, _decisions(sink, sink_id, commit_log))
+        decided = _decisions(sink, sink_id, commit_log, storage_options)
+        point = _start_of(batches, sink_id, where, decided)
     _check_topics(point.offsets, topics, sink_id)
     _log.info(
         "twopc sink=%s: a new query starts after batch %d of query %s (%s): %s",
@@ -153,7 +154,10 @@ def _group_start(
 
 
 def _decisions(
-    sink: Sink[Any], sink_id: str, commit_log: str | None
+    sink: Sink[Any],
+    sink_id: str,
+    commit_log: str | None,
+    storage_options: dict[str, Any] | None,
 ) -> Callable[[str, int], bool] | None:
     """Whether the commit log the caller named holds a batch's decision (a sink that commits
     in the task records it once every partition committed): what tells a whole batch whose
@@ -161,7 +165,7 @@ def _decisions(
     partitions than planned). ``None`` without a log."""
     if not commit_log or CommitPath.of(sink) is not CommitPath.TASK:
         return None
-    log = CommitLog(commit_log)
+    log = CommitLog(commit_log, storage_options)
     return lambda query_id, batch_id: log.decision(query_id, batch_id) is not None
 
 
