@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.lost import LOCAL_TOPIC, lose_checkpoint, produce_input, spark_query_args
 from tests.chaos.scenario import SPECULATIVE_MASTER, Scenario
 from tests.chaos.warm_spark import HostAttempt, WarmSpark
 from tests.harness import procs
@@ -180,7 +181,10 @@ class Runner:
     def _attempts(
         self, scenario: Scenario, target: Target, spec: SinkRecipe, run_dir: Path, result: RunResult
     ) -> bool:
-        if scenario.engine == "spark":
+        topic = f"{run_dir.name}-in"  # checkpoint-lost on Spark: the Kafka source's topic
+        if scenario.engine == "spark" and scenario.event == "checkpoint-lost":
+            produce_input(scenario, self.env["KAFKA_BOOTSTRAP_SERVERS"], topic)
+        elif scenario.engine == "spark":
             _write_spark_input(scenario, run_dir / "in")
         # The restarts' shape: the event's (rescale, rename), except right after a refused
         # replay in the new shape, when the operator restarts once as before (the docs' advice).
@@ -211,6 +215,7 @@ class Runner:
                 partitions=shape[1],
                 first=first,
                 start=start,
+                topic=topic,
             )
             injector = _Injector(self, scenario, target, attempt, log) if first else None
             pauser = (
@@ -239,7 +244,8 @@ class Runner:
                 if scenario.event == "restore" and (run_dir / "chk").exists():
                     shutil.copytree(run_dir / "chk", run_dir / "chk-copy")
                 if scenario.event == "checkpoint-lost":
-                    start = lose_checkpoint(spec, run_dir / "chk", result)
+                    lost_topic = topic if scenario.engine == "spark" else LOCAL_TOPIC
+                    start = lose_checkpoint(spec, run_dir / "chk", result, lost_topic)
                     if result.lost == "restarted":
                         continue  # the new checkpoint, even when the first attempt finished
             output = log.read_text(errors="replace")
@@ -279,6 +285,7 @@ class Runner:
         partitions: int,
         first: bool,
         start: dict[int, int] | None = None,
+        topic: str = "",
     ) -> procs.Attempt | HostAttempt:
         checkpoint = str(run_dir / "chk")
         master, speculation = self._resolve(scenario.master if first else scenario.restart_master)
@@ -298,6 +305,12 @@ class Runner:
                 log,
                 environ,
             )
+        if scenario.event == "checkpoint-lost":  # Spark's Kafka source, a process each
+            bootstrap = self.env["KAFKA_BOOTSTRAP_SERVERS"]
+            args = spark_query_args(
+                scenario, spec, checkpoint, bootstrap=bootstrap, topic=topic, start=start
+            )
+            return procs.spawn(args, log, environ)
         if self.warm is not None and not (first and scenario.target == "driver"):
             stop_after = environ.get(STOP_AFTER_ENV)
             return self.warm.start(
@@ -523,68 +536,3 @@ def _write_spark_input(scenario: Scenario, directory: Path) -> None:
             for i in range(scenario.partitions * scenario.rows)
         ]
         (directory / f"batch-{b:05d}.json").write_text("\n".join(lines) + "\n")
-
-
-def lose_checkpoint(spec: Any, checkpoint: Path, result: RunResult) -> dict[int, int] | None:
-    """The ``checkpoint-lost`` event: delete the checkpoint (a copy is kept aside), settle
-    what the crash left (recovery with the commit log, where it survived), and ask the
-    output where a new checkpoint starts. A start (or nothing committed yet, when the new
-    checkpoint reads everything): ``result.lost = "restarted"`` and the start is returned.
-    A partly committed batch refused (no start is exact without the old checkpoint):
-    ``"refused"``, and the copy is put back, as an operator who still has it would.
-    Anything else raises (the run fails)."""
-    import twopc
-    from tests.harness.group_recipe import build
-
-    copy = checkpoint.with_name("chk-lost-copy")
-    if checkpoint.exists():
-        shutil.copytree(checkpoint, copy)
-        shutil.rmtree(checkpoint)
-    sink = build(spec)
-    given = spec.commit_log(str(checkpoint))  # None: the sink's own (files: with the data)
-    survived = given is None or not given.startswith(str(checkpoint) + "/")
-    log = (
-        twopc.CommitLog(given)
-        if given
-        else twopc.CommitLog(
-            sink.default_commit_log(spec.sink_id) or "", sink.default_commit_log_options()
-        )
-    )
-    asked = given if survived else None  # the sink's own log is found without naming it
-    try:
-        start = _ask_start(sink, spec.sink_id, asked)
-    except twopc.UnsafeStartError as exc:
-        if "committed in partitions" in str(exc):
-            return _put_back(copy, checkpoint, result)
-        # work waits: recovery settles it, with the surviving log, else forced (the log is
-        # lost only for sinks that leave no prepared work: it aborts open transactions)
-        report = twopc.recover_sink(sink, spec.sink_id, log, force=not survived)
-        if not report.ok:
-            raise RuntimeError(f"recovery before the new checkpoint failed: {report}") from exc
-        try:
-            start = _ask_start(sink, spec.sink_id, asked)
-        except twopc.UnsafeStartError:
-            return _put_back(copy, checkpoint, result)
-    result.lost = "restarted"
-    shutil.rmtree(copy, ignore_errors=True)
-    return start
-
-
-def _ask_start(sink: Any, sink_id: str, log: str | None) -> dict[int, int] | None:
-    """The stored start, or ``None`` when nothing of the sink id is committed yet."""
-    import twopc
-    from tests.harness.recipe_local_query import KAFKA_TOPIC
-
-    try:
-        found = twopc.starting_offsets(sink, sink_id, topics=[KAFKA_TOPIC], commit_log=log)
-    except twopc.NoStoredOffsetsError as exc:
-        if "no committed batch" in str(exc):
-            return None  # the crash came before any commit: the new checkpoint reads all
-        raise
-    return {int(p): int(o) for p, o in json.loads(found)[KAFKA_TOPIC].items()}
-
-
-def _put_back(copy: Path, checkpoint: Path, result: RunResult) -> None:
-    result.lost = "refused"
-    if copy.exists():
-        copy.rename(checkpoint)

@@ -326,7 +326,7 @@ def draw(seed: int, options: Options) -> Scenario:
     variant = _variant(seed, event, backend)
     backend, mode, event = _group(seed, backend, mode, event, options)
     fault = _last_resource_fault(seed, mode, fault, partitions)
-    if _checkpoint_lost(seed, engine, options.checkpoint_lost):
+    if _checkpoint_lost(seed, engine, target, options.checkpoint_lost):
         event, partitions_after, stop_delay, loser = "checkpoint-lost", 0, 0.0, ""
         variant = _lost_log(backend, mode)
     return Scenario(
@@ -373,9 +373,13 @@ def _variant(seed: int, event: str, backend: str) -> str:
     return ""
 
 
-def _checkpoint_lost(seed: int, engine: str, share: float) -> bool:
-    """Whether the run's event is ``checkpoint-lost``, from a stream of its own."""
-    return engine == "local" and share > 0 and random.Random(f"lost-{seed}").random() < share
+def _checkpoint_lost(seed: int, engine: str, target: str, share: float) -> bool:
+    """Whether the run's event is ``checkpoint-lost``, from a stream of its own: on the
+    local engine, and on Spark where the driver or a Python worker is killed (the Kafka
+    source's query runs on ``local[2]``; a killed executor needs ``local-cluster``)."""
+    if share <= 0 or (engine == "spark" and target not in ("driver", "worker")):
+        return False
+    return random.Random(f"lost-{seed}").random() < share
 
 
 def _lost_log(backend: str, mode: str) -> str:
