@@ -577,13 +577,21 @@ class KafkaSink(
                     markers,
                 )
         except (KafkaException, TimeoutError) as exc:
-            admin.poll(0)  # serves error_cb: why the broker could not be reached
-            kind, cause = classify(exc, client_errors.last)
-            raise kind(
-                f"cannot read the marker groups {prefix}.{scope.sink_id}.* on "
-                f"{self.bootstrap_servers}: {cause}"
+            raise self._unreadable_markers(
+                exc, admin, client_errors, prefix, scope.sink_id
             ) from exc
         return {m.partition for m in markers if m.batch_id >= batch_id}
+
+    def _unreadable_markers(
+        self, exc: Exception, admin: Any, client_errors: ClientErrors, prefix: str, sink_id: str
+    ) -> SinkError:
+        """The error for marker groups the broker would not show, with its reason."""
+        admin.poll(0)  # serves error_cb: why the broker could not be reached
+        kind, cause = classify(exc, client_errors.last)
+        return kind(
+            f"cannot read the marker groups {prefix}.{sink_id}.* on "
+            f"{self.bootstrap_servers}: {cause}"
+        )
 
     def stored_offsets(self, sink_id: str) -> list[StoredBatch]:
         """What the marker groups keep: each partition's newest batch, its partition count
@@ -593,12 +601,7 @@ class KafkaSink(
         try:
             return self.markers.stored(admin, self.markers.groups(admin, sink_id))
         except (KafkaException, TimeoutError) as exc:
-            admin.poll(0)  # serves error_cb: why the broker could not be reached
-            kind, cause = classify(exc, client_errors.last)
-            raise kind(
-                f"cannot read the marker groups {self.prefix}.{sink_id}.* on "
-                f"{self.bootstrap_servers}: {cause}"
-            ) from exc
+            raise self._unreadable_markers(exc, admin, client_errors, self.prefix, sink_id) from exc
 
     def markers_expire_after(self) -> float | None:
         """The brokers drop a marker group's offsets ``offsets.retention.minutes`` after

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.scenario import Scenario
+from tests.harness.kafka_source_query import query_args
 from tests.harness.recipe_local_query import KAFKA_TOPIC
 
 __all__ = ["LOCAL_TOPIC", "lose_checkpoint", "produce_input", "spark_query_args"]
@@ -120,23 +121,13 @@ def spark_query_args(
     """The Spark query of a ``checkpoint-lost`` run: Spark's Kafka source on the run's
     topic, from ``start`` (a new checkpoint's) or the earliest offsets."""
     starting = json.dumps({topic: {str(p): o for p, o in start.items()}}) if start else "earliest"
-    return [
-        "-m",
-        "tests.harness.kafka_source_query",
-        "--spec",
-        spec.dumps(),
-        "--bootstrap",
+    return query_args(
+        spec,
         bootstrap,
-        "--topic",
         topic,
-        "--checkpoint",
         checkpoint,
-        "--commit-log",
-        spec.commit_log(checkpoint) or "",
-        "--starting-offsets",
-        starting,
-        "--max-offsets-per-trigger",
-        str(scenario.partitions * scenario.rows),
-        "--partitions",
-        str(scenario.partitions),
-    ]
+        starting=starting,
+        commit_log=spec.commit_log(checkpoint) or "",
+        per_batch=scenario.partitions * scenario.rows,
+        partitions=scenario.partitions,
+    )

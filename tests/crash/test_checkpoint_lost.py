@@ -30,6 +30,7 @@ import twopc
 from tests.harness.backend_cases import new_target
 from tests.harness.exactly_once import assert_target_exactly_once
 from tests.harness.group_recipe import GroupRecipe, build
+from tests.harness.kafka_source_query import query_args
 from tests.harness.kafka_topics import create_topic, unique
 from tests.harness.processes import RunResult, run_process
 from tests.harness.sink_recipe import SinkRecipe
@@ -59,24 +60,15 @@ def _query(
     starting: str = "earliest",
     commit_log: str = "",
 ) -> list[str]:
-    return [
-        "-m",
-        "tests.harness.kafka_source_query",
-        "--spec",
-        spec.dumps(),
-        "--bootstrap",
+    return query_args(
+        spec,
         bootstrap,
-        "--topic",
         topic,
-        "--checkpoint",
         str(checkpoint),
-        "--starting-offsets",
-        starting,
-        "--max-offsets-per-trigger",
-        str(PER_BATCH),
-        "--commit-log",
-        commit_log,
-    ]
+        starting=starting,
+        commit_log=commit_log,
+        per_batch=PER_BATCH,
+    )
 
 
 def _files_options(spec: SinkRecipe) -> list[str]:

@@ -23,6 +23,40 @@ from tests.harness.group_recipe import build, recipe_of, writes_kafka
 from tests.harness.spark_kafka_job import kafka_source_session
 
 
+def query_args(
+    spec: Any,
+    bootstrap: str,
+    topic: str,
+    checkpoint: str,
+    *,
+    starting: str = "earliest",
+    commit_log: str = "",
+    per_batch: int = 20,
+    partitions: int = 2,
+) -> list[str]:
+    """The command line (after the interpreter) of this query on ``spec``'s sink."""
+    return [
+        "-m",
+        "tests.harness.kafka_source_query",
+        "--spec",
+        spec.dumps(),
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--checkpoint",
+        checkpoint,
+        "--starting-offsets",
+        starting,
+        "--max-offsets-per-trigger",
+        str(per_batch),
+        "--commit-log",
+        commit_log,
+        "--partitions",
+        str(partitions),
+    ]
+
+
 def emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 

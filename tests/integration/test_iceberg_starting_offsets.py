@@ -15,26 +15,17 @@ import pytest
 import twopc
 from tests.harness.exactly_once import assert_exactly_once
 from tests.harness.iceberg import ids, load
-from twopc import local
-from twopc.faults import FaultPlan
+from tests.harness.offset_streams import TOPIC, batches, run_stream
 
 pytest.importorskip("pyiceberg")
 
 pytestmark = pytest.mark.integration
 
 TABLE = "db.orders"
-TOPIC = "orders"
 
 
 def _batches(count: int) -> list[list[pa.Table]]:
-    found, next_id = [], 0
-    for _ in range(count):
-        batch = []
-        for _ in range(2):
-            batch.append(pa.table({"id": pa.array(range(next_id, next_id + 3), pa.int64())}))
-            next_id += 3
-        found.append(batch)
-    return found
+    return batches(count)
 
 
 def _sink(warehouse: Path) -> twopc.Sink:
@@ -43,21 +34,9 @@ def _sink(warehouse: Path) -> twopc.Sink:
     )
 
 
-def _run(sink, checkpoint: Path, batches, *, faults=None, start=None) -> None:
-    stream = local.LocalStream(
-        str(checkpoint),
-        batches,
-        kafka_topic=TOPIC,
-        starting_offsets={int(p): o for p, o in (start or {}).items()},
-    )
-    writer = local.foreach_batch(
-        sink,
-        "orders-out",
-        commit_log=str(checkpoint) + "-log",
-        faults=FaultPlan.parse(faults) if faults else None,
-        processes=False,
-    )
-    stream.run(writer)
+def _run(sink, checkpoint: Path, data, *, faults=None, start=None) -> None:
+    log = str(checkpoint) + "-log"
+    run_stream(sink, "orders-out", checkpoint, data, faults=faults, start=start, commit_log=log)
 
 
 def test_the_snapshot_and_the_property_keep_the_offsets(tmp_path: Path) -> None:

@@ -17,41 +17,19 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 import twopc
 from tests.harness.exactly_once import assert_exactly_once
 from tests.harness.kafka_topics import admin, create_topic, read_messages, unique
-from twopc import local
-from twopc.faults import FaultPlan
+from tests.harness.offset_streams import TOPIC as SOURCE
+from tests.harness.offset_streams import batches, run_stream
 
 pytestmark = pytest.mark.integration
 
-SOURCE = "orders"
-
 
 def _batches(count: int) -> list[list[pa.Table]]:
-    found, next_id = [], 0
-    for _ in range(count):
-        batch = []
-        for _ in range(2):
-            ids = range(next_id, next_id + 3)
-            batch.append(pa.table({"key": [str(i) for i in ids], "id": pa.array(ids, pa.int64())}))
-            next_id += 3
-        found.append(batch)
-    return found
+    return batches(count, key=True)
 
 
-def _run(sink, sink_id: str, checkpoint: Path, batches, *, faults=None, start=None) -> None:
-    stream = local.LocalStream(
-        str(checkpoint),
-        batches,
-        kafka_topic=SOURCE,
-        starting_offsets={int(p): o for p, o in (start or {}).items()},
-    )
-    writer = local.foreach_batch(
-        sink,
-        sink_id,
-        commit_log=str(checkpoint) + "-log",
-        faults=FaultPlan.parse(faults) if faults else None,
-        processes=False,
-    )
-    stream.run(writer)
+def _run(sink, sink_id: str, checkpoint: Path, data, *, faults=None, start=None) -> None:
+    log = str(checkpoint) + "-log"
+    run_stream(sink, sink_id, checkpoint, data, faults=faults, start=start, commit_log=log)
 
 
 def _keys(bootstrap: str, topic: str) -> Counter[int]:

@@ -27,50 +27,27 @@ import pytest
 
 import twopc
 from tests.harness.exactly_once import assert_exactly_once
+from tests.harness.offset_streams import TOPIC, batches, run_stream
 from tests.harness.sql_sink_cases import MODES, Env
-from twopc import local
-from twopc.faults import FaultPlan
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "orders"
 
-
-def _batches(count: int, first: int = 0) -> list[list[pa.Table]]:
-    """``count`` batches of two partitions of three ids each, numbered from ``first``."""
-    found, next_id = [], first
-    for _ in range(count):
-        batch = []
-        for _ in range(2):
-            batch.append(pa.table({"id": pa.array(range(next_id, next_id + 3), pa.int64())}))
-            next_id += 3
-        found.append(batch)
-    return found
+def _batches(count: int) -> list[list[pa.Table]]:
+    return batches(count)
 
 
 def _run(
     sink: twopc.Sink,
     sink_id: str,
     checkpoint: Path,
-    batches: list[list[pa.Table]],
+    data: list[list[pa.Table]],
     *,
     faults: str | None = None,
     start: dict[str, int] | None = None,
 ) -> None:
-    stream = local.LocalStream(
-        str(checkpoint),
-        batches,
-        kafka_topic=TOPIC,
-        starting_offsets={int(p): o for p, o in (start or {}).items()},
-    )
-    writer = local.foreach_batch(
-        sink,
-        sink_id,
-        commit_log=str(checkpoint) + "-log",
-        faults=FaultPlan.parse(faults) if faults else None,
-        processes=False,
-    )
-    stream.run(writer)
+    log = str(checkpoint) + "-log"
+    run_stream(sink, sink_id, checkpoint, data, faults=faults, start=start, commit_log=log)
 
 
 def _ids(env: Env, table: str) -> Counter[int]:
