@@ -328,6 +328,18 @@ class PostgresSink(SqlSink):
             return None
         return str(row[0]), None if row[1] is None else str(row[1]), bool(row[2])
 
+    @contextlib.contextmanager
+    def _migrating_markers(self, conn: Any) -> Iterator[tuple[str, str | None, bool] | None]:
+        """A transaction holding the marker table's migration lock (tasks racing to migrate
+        it take turns), with the catalog read again under it: what it says now."""
+        lock = evolution_lock_name(self.settings.database, self.options.marker_table)
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
+            )
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
+            yield self._marker_attempt(conn)
+
     def _add_offset_columns(self, conn: Any, schema: str) -> bool:
         """Give a marker table of an earlier version the offset columns, once (under an
         advisory lock, the catalog read again). Without the right to alter the table, the
@@ -337,14 +349,8 @@ class PostgresSink(SqlSink):
             "ALTER TABLE {} ADD COLUMN IF NOT EXISTS partitions integer, "
             "ADD COLUMN IF NOT EXISTS source_offsets text"
         )
-        lock = evolution_lock_name(self.settings.database, table)
         try:
-            with conn.transaction():
-                conn.execute(
-                    sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
-                )
-                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
-                now = self._marker_attempt(conn)
+            with self._migrating_markers(conn) as now:
                 if now is None or now[2]:
                     return True  # another task added them meanwhile
                 conn.execute(alter.format(self._ident(table)))
@@ -367,14 +373,8 @@ class PostgresSink(SqlSink):
         :class:`ConfigurationError` gives the statement to run by hand."""
         table = self.options.marker_table
         alter = sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE bigint")
-        lock = evolution_lock_name(self.settings.database, table)
         try:
-            with conn.transaction():
-                conn.execute(
-                    sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(self._lock_timeout))
-                )
-                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock.keys)
-                now = self._marker_attempt(conn)
+            with self._migrating_markers(conn) as now:
                 if now is None or now[1] not in _NARROW_ATTEMPT:
                     return  # another task migrated it meanwhile
                 conn.execute(alter.format(self._ident(table), sql.Identifier("attempt")))

@@ -19,6 +19,8 @@ the table's storage (``pg_class.relfilenode``, ``information_schema.tables.creat
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -319,3 +321,57 @@ def test_user_who_may_not_alter_is_told_the_statement(
         (env.query_id, 0, 0, ATTEMPT),
         ("q-old", 0, 0, 1),
     ]
+
+
+_OFFSETLESS_DDL = {
+    # a marker table with a 64-bit attempt but no offset columns (twopc before 0.3.0)
+    "postgres": (
+        "CREATE TABLE {} (sink_id text NOT NULL, query_id text NOT NULL, "
+        "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
+        "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
+    ),
+    "mariadb": (
+        "CREATE TABLE {} (sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
+        "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt BIGINT NOT NULL, "
+        "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
+    ),
+}
+
+
+def test_a_user_who_may_not_add_the_offset_columns_writes_on_and_is_told_the_statement(
+    db: Db, env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the right to add the source offset columns, batches still commit (without
+    their offsets), a warning gives the statement, and once it is run the offsets are
+    stored."""
+    from twopc_jdbc import _offsets
+
+    monkeypatch.setattr(_offsets, "_WARNED", set())
+    marker, sid = env.marker_table, env.sink_id()
+    db.execute(_OFFSETLESS_DDL[db.name].format(db.q(marker)))
+    table = env.table()
+    db.create(table, "id bigint, v varchar(64), n bigint")
+    sink = env.sink(table)
+    refuse_alter(db, sink, marker, monkeypatch)
+    offsets = twopc.SourceOffsets(0, {"orders": {0: 7}})
+    ctx = dataclasses.replace(env.ctx(sid, 0, 0, ATTEMPT), source_offsets=offsets, partitions=1)
+    with caplog.at_level(logging.WARNING, logger="twopc.jdbc"):
+        outcome = write_and_commit(sink, ctx, batch(id=[1], v=["a"], n=[1]))
+    assert outcome == [twopc.CommitOutcome.COMMITTED]
+    warned = [r.getMessage() for r in caplog.records if "source offset columns" in r.getMessage()]
+    assert len(warned) == 1 and "ADD COLUMN" in warned[0], warned
+    with pytest.raises(twopc.NoStoredOffsetsError, match="without source offsets"):
+        twopc.starting_offsets(sink, sid)
+
+    statement = warned[0].rsplit("run: ", 1)[1].rstrip(";")
+    db.execute(statement)
+    monkeypatch.undo()
+    later = dataclasses.replace(
+        ctx, batch_id=1, source_offsets=twopc.SourceOffsets(1, {"orders": {0: 9}})
+    )
+    assert write_and_commit(sink, later, batch(id=[2], v=["b"], n=[2])) == [
+        twopc.CommitOutcome.COMMITTED
+    ]
+    assert twopc.starting_offsets(sink, sid) == '{"orders":{"0":9}}'
