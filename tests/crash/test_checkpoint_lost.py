@@ -142,10 +142,16 @@ def _topic_with_records(bootstrap: str) -> str:
 
 
 def _killed_then_lost(
-    spec: SinkRecipe | GroupRecipe, bootstrap: str, topic: str, checkpoint: Path, log: str = ""
+    spec: SinkRecipe | GroupRecipe,
+    bootstrap: str,
+    topic: str,
+    checkpoint: Path,
+    log: str = "",
+    *,
+    how: str = "deleted",
 ) -> None:
     """The first run, SIGKILLed after the decision of the middle batch; then its
-    checkpoint deleted."""
+    checkpoint deleted (or replaced by an empty directory)."""
     first = run_process(
         _query(spec, bootstrap, topic, checkpoint, commit_log=log),
         faults=f"after_decision:kill@batch={KILLED_BATCH}",
@@ -153,7 +159,7 @@ def _killed_then_lost(
     )
     assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
     assert _batches(first) == list(range(KILLED_BATCH)), first.events
-    _lose(checkpoint, "deleted")
+    _lose(checkpoint, how)
 
 
 def _restart(
@@ -219,18 +225,24 @@ ALONE = [
 
 
 @pytest.mark.extended
-@pytest.mark.parametrize(("backend", "mode"), ALONE, ids=[f"{b}-{m}" for b, m in ALONE])
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+@pytest.mark.parametrize("case", ALONE, ids=[f"{b}-{m}" for b, m in ALONE])
 def test_a_backend_alone_restarts_from_its_stored_offsets(
-    request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path, backend: str, mode: str
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    case: tuple[str, str],
+    how: str,
 ) -> None:
     """The commit log inside the checkpoint (the SQL and Kafka sinks' default) is lost
     with it: waiting prepared work is aborted by a forced recovery, and the start follows
     what the target holds."""
+    backend, mode = case
     target, spec = new_target(request, backend, mode, tmp_path / "target", prefix="la")
     try:
         topic = _topic_with_records(kafka_bootstrap)
         checkpoint = tmp_path / "checkpoint"
-        _killed_then_lost(spec, kafka_bootstrap, topic, checkpoint)
+        _killed_then_lost(spec, kafka_bootstrap, topic, checkpoint, how=how)
         sink = build(spec)
         lost_log = twopc.CommitLog(str(checkpoint / "twopc" / spec.sink_id))
         assert twopc.recover_sink(sink, spec.sink_id, lost_log, force=True).ok
