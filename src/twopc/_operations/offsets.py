@@ -17,6 +17,7 @@ from typing import Any
 
 from twopc._contract.paths import CommitPath
 from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.completeness import ranges as _ranges
 from twopc._engines.writer import resolve_commit_log, validate_sink_id
 from twopc.errors import (
     ConfigurationError,
@@ -318,7 +319,7 @@ def _refuse_partial(batch: StoredBatch, sink_id: str) -> None:
     if batch.partition_count <= 0:
         raise UnsafeStartError(
             f"batch {batch.batch_id} of query {batch.query_id} is committed in partitions "
-            f"{_ranges(batch.partitions)}, but the target does not say how many partitions "
+            f"{_ranges(sorted(batch.partitions))}, but the target does not say how many partitions "
             'the batch had (a format("twopc") task cannot tell), so it cannot tell whether '
             "the batch is whole: give the old query's commit log (commit_log=, or "
             "--commit-log / --checkpoint), whose decision confirms a whole batch",
@@ -337,7 +338,7 @@ def _refuse_partial(batch: StoredBatch, sink_id: str) -> None:
     )
     raise UnsafeStartError(
         f"batch {batch.batch_id} of query {batch.query_id} is committed in partitions "
-        f"{_ranges(batch.partitions)} but not in {_ranges(missing)} (of "
+        f"{_ranges(sorted(batch.partitions))} but not in {_ranges(sorted(missing))} (of "
         f"{batch.partition_count}): starting after batch {batch.batch_id - 1} would write "
         f"the committed partitions twice, starting after batch {batch.batch_id} would lose "
         f"the others. Restart the old query on its own checkpoint if it still exists (its "
@@ -361,20 +362,3 @@ def _check_topics(offsets: SourceOffsets, topics: Iterable[str] | None, sink_id:
             sink_id=sink_id,
             batch_id=offsets.batch_id,
         )
-
-
-def _ranges(partitions: Iterable[int]) -> str:
-    """``0-3, 5``: a set of partitions, short."""
-    values = sorted(partitions)
-    if not values:
-        return "none"
-    parts: list[str] = []
-    start = prev = values[0]
-    for value in [*values[1:], None]:
-        if value is not None and value == prev + 1:
-            prev = value
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if value is not None:
-            start = prev = value
-    return ", ".join(parts)
