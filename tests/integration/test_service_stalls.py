@@ -80,22 +80,27 @@ def _names_task(exc: BaseException, sink_id: str) -> str:
 
 # -- Kafka -----------------------------------------------------------------------------------
 
-TXN_TIMEOUT_MS = 10_000
-KAFKA_SHORT = 3.0  # below both the operation timeout and the transaction timeout
+TXN_TIMEOUT_MS = 10_000  # long stalls: the broker aborts the stalled transaction
+# Short stalls must end well inside both client timeouts even on a loaded 2-core CI machine
+# (a 10 s transaction timeout was crossed there once: the broker fenced the producer).
+SHORT_TXN_TIMEOUT_MS = 60_000
+SHORT_OPERATION_TIMEOUT = 20.0
+KAFKA_SHORT = 3.0  # far below both the operation timeout and the transaction timeout
 KAFKA_LONG = 12.0  # above the transaction timeout and above the tasks' whole retry budget
 KAFKA_LONG_TWICE = 30.0  # the same, for a failed run and a failed restart (18 s was too
 # short on a loaded 2-core CI machine: the first run alone took longer to give up)
 
 
 def _kafka_sink(bootstrap: str, topic: str, mode: str, timeout: float, prefix: str) -> KafkaSink:
-    """A new sink object, as a restarted query process builds it."""
+    """A new sink object, as a restarted query process builds it; short stalls (a long
+    operation timeout) get a long transaction timeout too."""
     return FlushingKafkaSink(
         bootstrap,
         topic=topic,
         mode=mode,
         key_column="id",
         transactional_id_prefix=prefix,
-        transaction_timeout_ms=TXN_TIMEOUT_MS,
+        transaction_timeout_ms=TXN_TIMEOUT_MS if timeout < 10 else SHORT_TXN_TIMEOUT_MS,
         operation_timeout_seconds=timeout,
     )
 
@@ -124,7 +129,7 @@ def test_kafka_broker_stalled(
     topic = create_topic(kafka_bootstrap)
     sink_id = f"stall-{uuid.uuid4().hex[:8]}"
     prefix = unique("stall")
-    timeout = 2.0 if long else 8.0
+    timeout = 2.0 if long else SHORT_OPERATION_TIMEOUT
     sink = _kafka_sink(kafka_bootstrap, topic, mode, timeout, prefix)
     # the default long case also restarts while the broker is still stopped: the restart's
     # recovery (the sweep's probe) and its tasks must give up too
