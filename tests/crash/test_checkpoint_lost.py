@@ -9,8 +9,9 @@ directory). The start is refused while the killed batch's work is unsettled, wit
 new checkpoint that starts there finishes the topic. A reader of every target sees each id
 once. In CI: one group whose members are a files directory, PostgreSQL and MariaDB tables
 (``two_phase``), an Iceberg table and a Kafka topic (``atomic``), so that each backend's
-stored offsets are read on real Spark; the files sink through the command line and every
-backend and mode alone under ``--extended``.
+stored offsets are read on real Spark; the files sink through the command line, every
+backend and mode alone, and every backend after a query change Spark refuses to resume
+under ``--extended``.
 """
 
 from __future__ import annotations
@@ -259,33 +260,48 @@ def test_a_backend_alone_restarts_from_its_stored_offsets(
         target.cleanup(spec)
 
 
+CHANGED = [("files", "parquet"), *ALONE]
+
+
 @pytest.mark.extended
+@pytest.mark.parametrize("case", CHANGED, ids=[f"{b}-{m}" for b, m in CHANGED])
 def test_a_query_change_spark_refuses_continues_on_a_new_checkpoint(
-    kafka_bootstrap: str, tmp_path: Path
+    request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path, case: tuple[str, str]
 ) -> None:
-    """A stateless query reads the topic; the same query with a stateful operator added
-    cannot resume its checkpoint (Spark refuses); started on a new checkpoint from the
-    output's offsets, it continues exactly where the output ends."""
-    topic = _topic_with_records(kafka_bootstrap)
-    target = FilesTarget()
-    spec = target.prepare(unique("changed"), "parquet", tmp_path, 2)
-    checkpoint = tmp_path / "checkpoint"
-    first = run_process(_query(spec, kafka_bootstrap, topic, checkpoint), timeout=300)
-    assert first.returncode == 0, first.stderr[-4000:]
-    _produce(kafka_bootstrap, topic, range(RECORDS, 2 * RECORDS), partitions=2)
+    """A stateless query is SIGKILLed after the decision of a middle batch; the same query
+    with a stateful operator added cannot resume its checkpoint (Spark refuses it: the
+    operator's state does not exist there). After recovery the output's offsets end at the
+    killed batch; a query on a new checkpoint started there continues exactly where the
+    output ends."""
+    backend, mode = case
+    target, spec = new_target(request, backend, mode, tmp_path / "target", prefix="lc")
+    try:
+        topic = _topic_with_records(kafka_bootstrap)
+        checkpoint, log = tmp_path / "checkpoint", str(tmp_path / "commit-log")
+        first = run_process(
+            _query(spec, kafka_bootstrap, topic, checkpoint, commit_log=log),
+            faults=f"after_decision:kill@batch={KILLED_BATCH}",
+            timeout=300,
+        )
+        assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+        _produce(kafka_bootstrap, topic, range(RECORDS, 2 * RECORDS), partitions=2)
 
-    changed = [*_query(spec, kafka_bootstrap, topic, checkpoint), "--dedupe"]
-    refused = run_process(changed, timeout=300)
-    assert refused.returncode != 0 and refused.of("query-failed"), refused.events
-    assert_target_exactly_once(target, spec, set(range(RECORDS)))  # nothing of the change
+        changed = [*_query(spec, kafka_bootstrap, topic, checkpoint, commit_log=log), "--dedupe"]
+        refused = run_process(changed, timeout=300)
+        assert refused.returncode != 0 and refused.of("query-failed"), refused.events
 
-    found = twopc_cli("offsets", *_files_options(spec), "--topic", topic)
-    assert found.returncode == 0, found.stderr
-    assert sum(json.loads(found.stdout)[topic].values()) == RECORDS
-    new = tmp_path / "new-checkpoint"
-    second = run_process(
-        [*_query(spec, kafka_bootstrap, topic, new, starting=found.stdout.strip()), "--dedupe"],
-        timeout=300,
-    )
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert_target_exactly_once(target, spec, set(range(2 * RECORDS)))
+        sink = build(spec)
+        assert twopc.recover_sink(sink, spec.sink_id, twopc.CommitLog(log)).ok
+        start = twopc.starting_offsets(sink, spec.sink_id, topics=[topic], commit_log=log)
+        # the decided batch is finished, nothing of the refused query's batches is kept
+        assert sum(json.loads(start)[topic].values()) == (KILLED_BATCH + 1) * PER_BATCH
+        new = tmp_path / "new-checkpoint"
+        second = run_process(
+            [*_query(spec, kafka_bootstrap, topic, new, starting=start), "--dedupe"],
+            timeout=300,
+        )
+        assert second.returncode == 0, second.stderr[-4000:]
+        assert second.of("query-finished"), second.events
+        assert_target_exactly_once(target, spec, set(range(2 * RECORDS)))
+    finally:
+        target.cleanup(spec)

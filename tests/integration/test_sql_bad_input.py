@@ -16,7 +16,7 @@ import logging
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import psycopg
 import pyarrow as pa
@@ -83,8 +83,9 @@ def written_forms(password: str) -> list[str]:
 def refusal(db: Db) -> str:
     """What the server answers a wrong password: it names the user, never the password."""
     if isinstance(db, PostgresDb):
+        port = urlsplit(db.dsn).port  # the services' port (alternate ones too)
         return (
-            'connection failed: connection to server at "127.0.0.1", port 15432 failed: '
+            f'connection failed: connection to server at "127.0.0.1", port {port} failed: '
             'FATAL:  password authentication failed for user "twopc"'
         )
     return "(1045) Access denied for user 'twopc'@'127.0.0.1' (using password: YES)"
