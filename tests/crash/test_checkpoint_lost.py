@@ -289,6 +289,8 @@ def test_a_query_change_spark_refuses_continues_on_a_new_checkpoint(
         changed = [*_query(spec, kafka_bootstrap, topic, checkpoint, commit_log=log), "--dedupe"]
         refused = run_process(changed, timeout=300)
         assert refused.returncode != 0 and refused.of("query-failed"), refused.events
+        why = refused.of("query-failed")[0]["error"]  # Spark's refusal, not twopc's
+        assert "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY" in why, why
 
         sink = build(spec)
         assert twopc.recover_sink(sink, spec.sink_id, twopc.CommitLog(log)).ok
