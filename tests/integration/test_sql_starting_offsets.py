@@ -10,7 +10,8 @@ the marker rows' columns, the catalog's columns.
 - A batch committed in one partition only (``transaction`` mode, a task failing before its
   commit) is refused, naming the partitions; its replay on the old checkpoint makes it
   whole. In ``two_phase`` mode a killed batch's prepared branches are refused until
-  recovery settles them.
+  recovery settles them; a batch cut off between its partitions' commits is finished by a
+  recovery that has lost its commit log (the marker rows prove the decision).
 - Partition 0's marker row holds the offsets, every row the partition count.
 - A marker table of an earlier version gains the offset columns on first use, its rows
   kept.
@@ -109,6 +110,27 @@ def test_prepared_branches_are_refused_until_recovery(env: Env, tmp_path: Path) 
         twopc.starting_offsets(sink, sink_id)
     log = twopc.CommitLog(str(tmp_path / "ck") + "-log")
     assert twopc.recover_sink(sink, sink_id, log, force=True).ok
+    assert json.loads(twopc.starting_offsets(sink, sink_id)) == {TOPIC: {"0": 9, "1": 9}}
+    assert_exactly_once(_ids(env, table), set(range(18)))
+
+
+def test_a_batch_cut_off_between_commits_is_finished_without_its_log(
+    env: Env, tmp_path: Path
+) -> None:
+    """The driver dies between the two partitions' commits of batch 2 and its commit log is
+    lost: partition 0's marker row proves the batch was decided, so recovery with a new log
+    commits partition 1's prepared branch instead of aborting it, and the start follows."""
+    table, sink_id = env.table(), env.sink_id()
+    sink = env.sink(table, create_table=True, transaction_mode="two_phase")
+    with pytest.raises(twopc.TwoPCError):
+        _run(sink, sink_id, tmp_path / "ck", _batches(3), faults="between_commits:raise@batch=2")
+    assert len(env.prepared(sink_id)) == 1, "partition 1's branch waits"
+    lost = twopc.CommitLog(str(tmp_path / "another-log"))
+    planned = twopc.sink_status(sink, sink_id, lost)
+    assert [(i.action, i.partition) for i in planned.items] == [("commit", 1)], planned.items
+    report = twopc.recover_sink(sink, sink_id, lost, force=True)
+    assert report.ok, report
+    assert not env.prepared(sink_id)
     assert json.loads(twopc.starting_offsets(sink, sink_id)) == {TOPIC: {"0": 9, "1": 9}}
     assert_exactly_once(_ids(env, table), set(range(18)))
 

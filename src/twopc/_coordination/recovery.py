@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from twopc._contract.boundary import describe_exception, leaving_sink
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.deciding import Decider
 from twopc._coordination.engine import BatchEngine
+from twopc._coordination.marker_proof import decided_by_markers
 from twopc._coordination.records import BatchRun, Decision, LogListing
 from twopc._coordination.reports import TaskReport
 from twopc._coordination.steps import QUIET, Steps, counted, counter
@@ -195,12 +197,43 @@ class Recovery:
                 to_commit.append(committable)
             else:
                 to_abort.append(committable)
+        proven = self._decided_by_markers(
+            [c for c in to_abort if decisions[(c.query_id, c.batch_id)] is None]
+        )
+        if proven:
+            chosen = {id(c) for c in proven}
+            to_abort = [c for c in to_abort if id(c) not in chosen]
+            to_commit.extend(proven)
         if to_commit:
             # Decided work the log already marked done but the target still shows as
-            # prepared (e.g. a crash between the commit and its clean-up): finish it.
+            # prepared (e.g. a crash between the commit and its clean-up), or work whose
+            # decision is gone but whose batch the markers show committed: finish it.
             self.decider.commit(self._driver, to_commit)
         self.abort(to_abort, "prepared but undecided", in_recovery=True, steps=steps)
         return len(to_abort)
+
+    def _decided_by_markers(self, undecided: Sequence[Committable]) -> list[Committable]:
+        """Prepared work no decision names whose batch the target's markers show committed
+        in other partitions: decided, so committed, not aborted (said in the log)."""
+        if not undecided:
+            return []
+        with leaving_sink(self.sink_id, what="reading the target's markers failed: "):
+            proven = decided_by_markers(self.sink, self.sink_id, undecided)
+        for (query_id, batch_id), count in sorted(
+            Counter((c.query_id, c.batch_id) for c in proven).items()
+        ):
+            _log.warning(
+                "twopc sink=%s: committing %d prepared partition(s) of batch %d of query %s "
+                "that no decision in %s names: the target's markers show other partitions "
+                "of that batch committed, so it was decided (its decision is not in this "
+                "commit log)",
+                self.sink_id,
+                count,
+                batch_id,
+                query_id,
+                self.commit_log.url,
+            )
+        return proven
 
     def _awaits_last_resource(self, decision: Decision) -> bool:
         """A conditional decision not resolved yet (its batch not done)."""
