@@ -58,9 +58,10 @@ def ids(*batches: int, count: int = 3) -> Counter[int]:
     return Counter(b * 100 + i for b in batches for i in range(count * 10))
 
 
-def killed_between_commits(sink: MarkedDriverSink, log: Path) -> None:
-    """Batch 0 commits; batch 1 is decided and its driver dies after partition 0's commit."""
-    plan = twopc.FaultPlan.parse("between_commits:raise@batch=1")
+def killed_at(point: str, sink: MemoryDriverSink, log: Path) -> None:
+    """Batch 0 commits; batch 1's driver dies at ``point`` (``between_commits``: after
+    partition 0's commit)."""
+    plan = twopc.FaultPlan.parse(f"{point}:raise@batch=1")
     coordinator = Coordinator(sink, SINK_ID, CommitLog(str(log)), faults=plan)
     coordinator.run_batch(QUERY, 0, batch(0))
     with pytest.raises(twopc.InjectedFault):
@@ -71,7 +72,7 @@ def test_a_lost_log_does_not_abort_a_decided_batch_the_markers_show(
     tmp_path: Path, store_name: str, store: MemoryStore
 ) -> None:
     sink = MarkedDriverSink(store_name)
-    killed_between_commits(sink, tmp_path / "log")
+    killed_at("between_commits", sink, tmp_path / "log")
     assert len(store.prepared) == 2  # partitions 1 and 2 of batch 1 wait
     new_log = CommitLog(str(tmp_path / "new-log"))  # the old one went with the checkpoint
 
@@ -94,7 +95,7 @@ def test_attempts_of_a_committed_partition_are_still_aborted(
     """A losing attempt of partition 0 (committed) is aborted; of partition 1, whose commit
     the crash cut off, exactly one prepared attempt is committed, the newest."""
     sink = MarkedDriverSink(store_name)
-    killed_between_commits(sink, tmp_path / "log")
+    killed_at("between_commits", sink, tmp_path / "log")
     waiting = sorted(store.prepared.values(), key=lambda e: e[0].partition)
     for committable, rows in waiting:  # a second attempt of each waiting partition
         copy = Committable.for_task(
@@ -121,11 +122,7 @@ def test_an_undecided_batch_without_markers_is_still_aborted(
     """No partition of the batch committed: nothing proves a decision, so its prepared
     work is aborted as before (with --force, since this log never heard of the batch)."""
     sink = MarkedDriverSink(store_name)
-    plan = twopc.FaultPlan.parse("after_decision:raise@batch=1")
-    coordinator = Coordinator(sink, SINK_ID, CommitLog(str(tmp_path / "log")), faults=plan)
-    coordinator.run_batch(QUERY, 0, batch(0))
-    with pytest.raises(twopc.InjectedFault):
-        coordinator.run_batch(QUERY, 1, batch(1))
+    killed_at("after_decision", sink, tmp_path / "log")
     new_log = CommitLog(str(tmp_path / "new-log"))
     status = twopc.sink_status(sink, SINK_ID, new_log)
     assert {(i.action, i.unproven) for i in status.items} == {("abort", True)}
@@ -137,10 +134,6 @@ def test_a_sink_without_markers_keeps_the_old_rule(
     tmp_path: Path, store_name: str, store: MemoryStore
 ) -> None:
     sink = MemoryDriverSink(store_name)
-    plan = twopc.FaultPlan.parse("between_commits:raise@batch=1")
-    coordinator = Coordinator(sink, SINK_ID, CommitLog(str(tmp_path / "log")), faults=plan)
-    coordinator.run_batch(QUERY, 0, batch(0))
-    with pytest.raises(twopc.InjectedFault):
-        coordinator.run_batch(QUERY, 1, batch(1))
+    killed_at("between_commits", sink, tmp_path / "log")
     status = twopc.sink_status(sink, SINK_ID, CommitLog(str(tmp_path / "new-log")))
     assert {(i.action, i.unproven) for i in status.items} == {("abort", True)}
