@@ -15,8 +15,9 @@ import pytest
 import twopc
 from twopc import CommitLog, CommitOutcome, Committable, Footprint, RecoveryScope
 from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.marker_proof import decided_by_markers
 from twopc.local import LocalEngine
-from twopc.testing import MemoryDriverSink, MemoryStore
+from twopc.testing import MemoryDriverSink, MemoryStore, MemoryTaskSink
 from twopc.testing._memory import MemoryPayload
 
 pytestmark = pytest.mark.unit
@@ -137,3 +138,21 @@ def test_a_sink_without_markers_keeps_the_old_rule(
     killed_at("between_commits", sink, tmp_path / "log")
     status = twopc.sink_status(sink, SINK_ID, CommitLog(str(tmp_path / "new-log")))
     assert {(i.action, i.unproven) for i in status.items} == {("abort", True)}
+
+
+class InTaskAndDriverSink(MemoryTaskSink, MemoryDriverSink):
+    """Commits in its tasks, and finishes on the driver what an earlier driver-commit mode
+    prepared (as the SQL sinks' ``transaction`` mode does)."""
+
+
+def test_markers_of_a_sink_that_commits_in_its_tasks_prove_nothing(store_name: str) -> None:
+    """Its tasks commit (and write markers) before any decision, so a marker is no proof
+    that a batch was decided."""
+    sink = InTaskAndDriverSink(store_name)
+    sink.store.markers[(SINK_ID, QUERY, 0)] = 1
+    waiting = Committable.for_task(
+        twopc.TaskContext(SINK_ID, QUERY, 1, 1, attempt=3), MemoryPayload("waiting-1", 10)
+    )
+    assert sink.committed_partitions(RecoveryScope(SINK_ID, QUERY), 1, Footprint({}, 2)) == {0}
+    assert decided_by_markers(sink, SINK_ID, [waiting]) == []
+    assert decided_by_markers(MarkedDriverSink(store_name), SINK_ID, [waiting]) == [waiting]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from twopc.protocol import (
+    CommitsInTask,
     CommitsOnDriver,
     Committable,
     Footprint,
@@ -34,7 +35,11 @@ def decided_by_markers(
     each partition the markers do not show committed (the newest attempt, where several
     prepared; any one holds the partition's rows of the batch). Attempts of a partition the
     markers show committed are losers, left to be aborted. Empty for a sink without markers
-    of its own (:class:`~twopc.KeepsMarkers` and :class:`~twopc.CommitsOnDriver`)."""
+    of its own (:class:`~twopc.KeepsMarkers` and :class:`~twopc.CommitsOnDriver`), and for
+    one that commits in its tasks too (the SQL sinks' ``transaction`` mode): its markers
+    appear before any decision, so they prove none."""
+    if isinstance(sink, CommitsInTask):
+        return []
     if not (isinstance(sink, KeepsMarkers) and isinstance(sink, CommitsOnDriver)):
         return []
     by_batch: dict[tuple[str, int], list[Committable]] = {}
