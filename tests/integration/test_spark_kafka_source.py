@@ -1,7 +1,7 @@
 """Spark reads a Kafka topic as a stream with its own Kafka source (availableNow).
 
-The Spark job runs in a subprocess (spark_kafka_job.py) so that its SparkSession and JVM
-cannot leak into other test files.
+The Spark job runs in a subprocess (``tests/harness/spark_kafka_job.py``) so that its
+SparkSession and JVM cannot leak into other test files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
 
-JOB = Path(__file__).with_name("spark_kafka_job.py")
+REPO = Path(__file__).resolve().parents[2]
+JOB = "tests.harness.spark_kafka_job"
 RECORDS = 500
 
 
@@ -35,7 +36,8 @@ def test_spark_kafka_source_reads_every_record(kafka_bootstrap: str, tmp_path: P
     assert producer.flush(30) == 0
 
     proc = subprocess.run(
-        [sys.executable, str(JOB), kafka_bootstrap, topic, str(tmp_path / "checkpoint")],
+        [sys.executable, "-m", JOB, kafka_bootstrap, topic, str(tmp_path / "checkpoint")],
+        cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
