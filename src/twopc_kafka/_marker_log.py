@@ -32,6 +32,7 @@ from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-
 
 from twopc import Footprint, PermanentSinkError, RecoveryScope, TargetMarker
 from twopc_kafka._clients import KafkaClients
+from twopc_kafka._markers import METADATA_LIMIT
 
 if TYPE_CHECKING:
     from twopc_kafka._markers import Markers
@@ -58,16 +59,25 @@ class LoggedMarker:
     query_id: str
     partition: int
     batch_id: int
+    metadata: str | None = None
+    """The marker offset's metadata as the transaction committed it (the batch's partition
+    count, time and, in partition 0's, its source offsets); ``None`` in records of twopc
+    before 0.3.0."""
 
 
-def marker_record(group: str, query_id: str, partition: int, batch_id: int) -> tuple[bytes, bytes]:
-    """Key and value of the log record a transaction commits with its marker offset."""
-    value = {
+def marker_record(
+    group: str, query_id: str, partition: int, batch_id: int, metadata: str | None = None
+) -> tuple[bytes, bytes]:
+    """Key and value of the log record a transaction commits with its marker offset, whose
+    ``metadata`` it keeps too, so that a restored marker stores what the original did."""
+    value: dict[str, Any] = {
         "format": _FORMAT,
         "query_id": query_id,
         "partition": partition,
         "batch_id": batch_id,
     }
+    if metadata:
+        value["metadata"] = metadata
     return group.encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -168,8 +178,13 @@ def _parse(key: bytes | None, value: bytes | None, key_prefix: str) -> LoggedMar
     try:
         body = json.loads(value)
         version = int(body.get("format", 0))
+        kept = body.get("metadata")
         marker = LoggedMarker(
-            group, str(body["query_id"]), int(body["partition"]), int(body["batch_id"])
+            group,
+            str(body["query_id"]),
+            int(body["partition"]),
+            int(body["batch_id"]),
+            kept if isinstance(kept, str) else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         _log.warning("marker log record %r is not a twopc marker; ignored", group)
@@ -186,16 +201,12 @@ def _parse(key: bytes | None, value: bytes | None, key_prefix: str) -> LoggedMar
 def restore(
     admin: AdminClient, marker_topic: str, markers: list[LoggedMarker], timeout: float
 ) -> None:
-    """Commit each group's marker offset (``batch_id + 1``) again. The groups have no
+    """Commit each group's marker offset (``batch_id + 1``) again, with the metadata the
+    log kept (the batch's partition count and source offsets). The groups have no
     members, so the broker accepts an offset commit from outside the group."""
     for marker in markers:
         offset = TopicPartition(
-            marker_topic,
-            0,
-            marker.batch_id + 1,
-            metadata=json.dumps(
-                {"query_id": marker.query_id, "batch_id": marker.batch_id, "restored": True}
-            ),
+            marker_topic, 0, marker.batch_id + 1, metadata=_restored_metadata(marker)
         )
         request = ConsumerGroupTopicPartitions(marker.group, [offset])
         futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
@@ -203,6 +214,24 @@ def restore(
         for tp in result.topic_partitions or ():
             if tp.error is not None:
                 raise KafkaException(tp.error)
+
+
+def _restored_metadata(marker: LoggedMarker) -> str:
+    """The marker's metadata as its transaction wrote it, marked ``restored``; the batch
+    alone where the log kept none (or nothing readable)."""
+    body: dict[str, Any] = {}
+    if marker.metadata:
+        try:
+            kept = json.loads(marker.metadata)
+        except ValueError:
+            kept = None
+        if isinstance(kept, dict):
+            body = kept
+    body.update(query_id=marker.query_id, batch_id=marker.batch_id, restored=True)
+    text = json.dumps(body, separators=(",", ":"))
+    if len(text.encode()) > METADATA_LIMIT:
+        return marker.metadata or ""  # it fit when the transaction wrote it
+    return text
 
 
 @dataclass

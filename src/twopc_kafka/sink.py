@@ -384,8 +384,16 @@ class KafkaSink(
         payload = KafkaPayload(txn.transactional_id, 0 if txn.skip else txn.rows)
         if not txn.skip:
             group = self.marker_group(ctx.sink_id, ctx.query_id, ctx.partition)
+            marker = self.markers.offset(
+                ctx.batch_id,
+                ctx.query_id,
+                partitions=ctx.partitions,
+                source_offsets=ctx.source_offsets if ctx.partition == 0 else None,
+            )
             if self.marker_log is not None:
-                key, value = marker_record(group, ctx.query_id, ctx.partition, ctx.batch_id)
+                key, value = marker_record(
+                    group, ctx.query_id, ctx.partition, ctx.batch_id, marker.metadata
+                )
                 try:
                     txn.producer.produce(
                         self.marker_log.topic, value, key, 0, on_delivery=txn.delivered
@@ -394,12 +402,6 @@ class KafkaSink(
                     raise error(exc, "producing the marker log record failed") from exc
             self._flush(txn)
             metadata = self.clients.group_metadata(group)
-            marker = self.markers.offset(
-                ctx.batch_id,
-                ctx.query_id,
-                partitions=ctx.partitions,
-                source_offsets=ctx.source_offsets if ctx.partition == 0 else None,
-            )
             try:
                 txn.producer.send_offsets_to_transaction([marker], metadata, self.timeout)
             except KafkaException as exc:

@@ -9,7 +9,8 @@ marker consumer groups expire within the test. After the expiry:
   from one where nothing committed: the restart refuses with ``CommitStateUnknownError``
   and writes nothing, instead of writing the committed partitions again;
 - the same batch, with ``marker_log_topic`` set, finishes exactly once: the driver restores
-  the expired groups from the compacted marker log and the committed partition is skipped;
+  the expired groups from the compacted marker log (with their metadata: the batch's
+  source offsets stay readable) and the committed partition is skipped;
 - a first batch (no batch before it whose markers could show the expiry) that crashed the
   same way is refused too, because its first run is older than the broker's
   ``offsets.retention.minutes``, which the sink reads from the broker.
@@ -18,6 +19,7 @@ marker consumer groups expire within the test. After the expiry:
 from __future__ import annotations
 
 import gc
+import json
 import socket
 import time
 import uuid
@@ -149,7 +151,7 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         first.sink_id: "before_task_commit:raise@batch=0,partition=1",
     }
     for spec in specs:
-        stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
+        stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches, kafka_topic="in")
         writer = twopc.local.foreach_batch(
             _sink(spec.address, spec.table, marker_logs.get(spec.sink_id)),
             sink_id=spec.sink_id,
@@ -185,7 +187,7 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
         time.sleep(5)
 
     def restart(spec: Any) -> None:
-        stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches)
+        stream = LocalStream(str(tmp_path / spec.sink_id / "chk"), batches, kafka_topic="in")
         stream.run(
             twopc.local.foreach_batch(
                 _sink(spec.address, spec.table, marker_logs.get(spec.sink_id)),
@@ -208,5 +210,9 @@ def test_replays_after_the_markers_expired(short_retention_broker: str, tmp_path
     restart(logged)  # groups restored from the log: partition 0 skipped, partition 1 written
     expected = Counter(i for table in batches for part in table for i in part["id"].to_pylist())
     assert target.committed(logged) == expected  # both batches, each row once
+    # the restored partition 0 marker keeps the batch's source offsets, as the log kept them
+    sink = _sink(logged.address, logged.table, marker_logs[logged.sink_id])
+    ends = {str(p): sum(len(b[p]) for b in batches) for p in range(len(batches[0]))}
+    assert json.loads(twopc.starting_offsets(sink, logged.sink_id)) == {"in": ends}
     for spec in specs:
         target.cleanup(spec)
