@@ -328,7 +328,7 @@ def draw(seed: int, options: Options) -> Scenario:
     fault = _last_resource_fault(seed, mode, fault, partitions)
     if _checkpoint_lost(seed, engine, target, options.checkpoint_lost):
         event, partitions_after, stop_delay, loser = "checkpoint-lost", 0, 0.0, ""
-        variant = _lost_log(backend, mode)
+        variant = _lost_log(backend)
     return Scenario(
         seed=seed,
         backend=backend,
@@ -382,12 +382,13 @@ def _checkpoint_lost(seed: int, engine: str, target: str, share: float) -> bool:
     return random.Random(f"lost-{seed}").random() < share
 
 
-def _lost_log(backend: str, mode: str) -> str:
+def _lost_log(backend: str) -> str:
     """Where the commit log of a ``checkpoint-lost`` run lives. Inside the checkpoint (and
-    lost with it) only for sinks that leave no prepared work (Kafka, SQL ``transaction``):
-    a driver-commit run's log is kept beside it, as docs/operations.md advises, since
-    without it a batch that phase 2 committed in part cannot be finished."""
-    if backend in ("kafka",) or (backend in ("postgres", "mysql") and mode == "transaction"):
+    lost with it) where that is the sink's default: Kafka and the SQL sinks, whose
+    ``two_phase`` batches cut off between two partitions' commits are finished by their
+    marker rows, without the log. Beside it for the others (an Iceberg table, a group), as
+    docs/operations.md advises; the files sink keeps its log next to its data."""
+    if backend in ("kafka", "postgres", "mysql"):
         return "log-inside"
     return "log-outside"
 

@@ -124,14 +124,14 @@ def test_a_broken_sink_fails_the_campaign_and_prints_the_seed(tmp_path: Path) ->
 def test_checkpoint_lost_runs_restart_from_the_stored_offsets(tmp_path: Path) -> None:
     """Two ``checkpoint-lost`` runs: a Kafka ``atomic`` run whose commit log is lost with
     the checkpoint (a task killed after its commit in batch 2), and a MariaDB
-    ``two_phase`` run killed after a commit of batch 1 with its log kept beside it. Each
-    starts a new checkpoint from what its output stores and ends exactly-once."""
+    ``two_phase`` run killed after a commit of batch 1, its log lost too. Each starts a
+    new checkpoint from what its output stores and ends exactly-once."""
     proc, document = campaign(
         tmp_path, "--seeds", "500005,500013", "--checkpoint-lost", "1", "--spark-share", "0"
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     runs = document["results"]
     assert [r["scenario"]["event"] for r in runs] == ["checkpoint-lost"] * 2
-    assert [r["scenario"]["variant"] for r in runs] == ["log-inside", "log-outside"]
+    assert [r["scenario"]["variant"] for r in runs] == ["log-inside", "log-inside"]
     assert all(r["passed"] and r["injected"] and r["lost"] == "restarted" for r in runs), runs
     assert "checkpoints lost: 2 of 2 runs started a new checkpoint" in proc.stdout

@@ -219,6 +219,6 @@ def test_checkpoint_lost_is_drawn_apart_on_local_runs_only() -> None:
             loser="",
             variant=after.variant,
         )
-        inside = after.backend == "kafka" or after.mode == "transaction"
+        inside = after.backend in ("kafka", "postgres", "mysql")
         assert after.variant == ("log-inside" if inside else "log-outside")
     assert "--checkpoint-lost=1" in repro(draw(1, lost), lost, "")
