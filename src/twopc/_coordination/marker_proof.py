@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from twopc._contract.boundary import leaving_sink
 from twopc.protocol import (
     CommitsInTask,
     CommitsOnDriver,
@@ -37,8 +38,8 @@ def decided_by_markers(
     markers show committed are losers, left to be aborted. Empty for a sink without markers
     of its own (:class:`~twopc.KeepsMarkers` and :class:`~twopc.CommitsOnDriver`), and for
     one that commits in its tasks too (the SQL sinks' ``transaction`` mode): its markers
-    appear before any decision, so they prove none."""
-    if isinstance(sink, CommitsInTask):
+    appear before any decision, so they prove none. The target's errors name the sink."""
+    if not undecided or isinstance(sink, CommitsInTask):
         return []
     if not (isinstance(sink, KeepsMarkers) and isinstance(sink, CommitsOnDriver)):
         return []
@@ -48,7 +49,10 @@ def decided_by_markers(
     proven: list[Committable] = []
     for (query_id, batch_id), work in sorted(by_batch.items()):
         footprint = Footprint(sink.naming(), max(c.partition for c in work) + 1)
-        committed = sink.committed_partitions(RecoveryScope(sink_id, query_id), batch_id, footprint)
+        with leaving_sink(sink_id, batch_id, what="reading the target's markers failed: "):
+            committed = sink.committed_partitions(
+                RecoveryScope(sink_id, query_id), batch_id, footprint
+            )
         if not committed:
             continue
         newest: dict[int, Committable] = {}

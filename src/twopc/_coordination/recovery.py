@@ -215,13 +215,11 @@ class Recovery:
     def _decided_by_markers(self, undecided: Sequence[Committable]) -> list[Committable]:
         """Prepared work no decision names whose batch the target's markers show committed
         in other partitions: decided, so committed, not aborted (said in the log)."""
-        if not undecided:
-            return []
-        with leaving_sink(self.sink_id, what="reading the target's markers failed: "):
-            proven = decided_by_markers(self.sink, self.sink_id, undecided)
-        for (query_id, batch_id), count in sorted(
-            Counter((c.query_id, c.batch_id) for c in proven).items()
-        ):
+        proven = decided_by_markers(self.sink, self.sink_id, undecided)
+        per_batch: Counter[tuple[str, int]] = Counter()
+        for committable in proven:
+            per_batch[(committable.query_id, committable.batch_id)] += 1
+        for (query_id, batch_id), count in sorted(per_batch.items()):
             _log.warning(
                 "twopc sink=%s: committing %d prepared partition(s) of batch %d of query %s "
                 "that no decision in %s names: the target's markers show other partitions "

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from twopc._contract.boundary import leaving_sink
 from twopc._contract.paths import CommitPath
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.marker_proof import decided_by_markers
@@ -126,10 +125,7 @@ def _decided_by_markers(
         and w.kind is WorkKind.PREPARED
         and decisions.get((w.committable.query_id, w.committable.batch_id)) is None
     ]
-    if not undecided:
-        return set()
-    with leaving_sink(sink_id, what="reading the target's markers failed: "):
-        return {id(c) for c in decided_by_markers(sink, sink_id, undecided)}
+    return {id(c) for c in decided_by_markers(sink, sink_id, undecided)}
 
 
 def _known_batches(
