@@ -1266,3 +1266,21 @@ class SqlSinkCases:
         )
         assert db.rows(table) == [(1, "a", 1), (2, "b", 2), (3, None, None), (9, "z", None)]
         assert env.prepared(sid) == []
+
+
+OFFSETLESS_MARKER_DDL = {
+    # a marker table of twopc before 0.3.0: a 64-bit attempt, no offset columns
+    "postgres": (
+        "CREATE TABLE {} (sink_id text NOT NULL, query_id text NOT NULL, "
+        "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
+        "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
+    ),
+    "mariadb": (
+        "CREATE TABLE {} (sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
+        "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt BIGINT NOT NULL, "
+        "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
+    ),
+}
+"""``CREATE TABLE`` of that marker table per database (``Db.name``), ``{}`` its quoted name."""

@@ -32,6 +32,7 @@ import twopc
 from tests.harness.sql_servers import MariaDb, PostgresDb
 from tests.harness.sql_sink_cases import (
     MODES,
+    OFFSETLESS_MARKER_DDL,
     Db,
     Env,
     batch,
@@ -323,23 +324,6 @@ def test_user_who_may_not_alter_is_told_the_statement(
     ]
 
 
-_OFFSETLESS_DDL = {
-    # a marker table with a 64-bit attempt but no offset columns (twopc before 0.3.0)
-    "postgres": (
-        "CREATE TABLE {} (sink_id text NOT NULL, query_id text NOT NULL, "
-        "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
-        "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
-    ),
-    "mariadb": (
-        "CREATE TABLE {} (sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
-        "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt BIGINT NOT NULL, "
-        "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
-    ),
-}
-
-
 def test_a_user_who_may_not_add_the_offset_columns_writes_on_and_is_told_the_statement(
     db: Db, env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -350,7 +334,7 @@ def test_a_user_who_may_not_add_the_offset_columns_writes_on_and_is_told_the_sta
 
     monkeypatch.setattr(_offsets, "_WARNED", set())
     marker, sid = env.marker_table, env.sink_id()
-    db.execute(_OFFSETLESS_DDL[db.name].format(db.q(marker)))
+    db.execute(OFFSETLESS_MARKER_DDL[db.name].format(db.q(marker)))
     table = env.table()
     db.create(table, "id bigint, v varchar(64), n bigint")
     sink = env.sink(table)

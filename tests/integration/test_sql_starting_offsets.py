@@ -29,7 +29,7 @@ import pytest
 import twopc
 from tests.harness.exactly_once import assert_exactly_once
 from tests.harness.offset_streams import TOPIC, batches, run_stream
-from tests.harness.sql_sink_cases import MODES, Env
+from tests.harness.sql_sink_cases import MODES, OFFSETLESS_MARKER_DDL, Env
 
 pytestmark = pytest.mark.integration
 
@@ -135,26 +135,9 @@ def test_a_batch_cut_off_between_commits_is_finished_without_its_log(
     assert_exactly_once(_ids(env, table), set(range(18)))
 
 
-OLD_MARKER_DDL = {
-    # the marker tables of twopc 0.2, without the offset columns
-    "postgres": (
-        "CREATE TABLE {} (sink_id text NOT NULL, query_id text NOT NULL, "
-        "batch_id bigint NOT NULL, partition_id integer NOT NULL, "
-        "attempt bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id))"
-    ),
-    "mariadb": (
-        "CREATE TABLE {} (sink_id VARCHAR(64) NOT NULL, query_id VARCHAR(64) NOT NULL, "
-        "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt BIGINT NOT NULL, "
-        "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "PRIMARY KEY (sink_id, query_id, batch_id, partition_id)) ENGINE=InnoDB"
-    ),
-}
-
-
 def test_an_old_marker_table_gains_the_offset_columns(env: Env, tmp_path: Path) -> None:
     table, sink_id = env.table(), env.sink_id()
-    env.db.execute(OLD_MARKER_DDL[env.db.name].format(env.db.q(env.marker_table)))
+    env.db.execute(OFFSETLESS_MARKER_DDL[env.db.name].format(env.db.q(env.marker_table)))
     env.db.execute(
         f"INSERT INTO {env.db.q(env.marker_table)} (sink_id, query_id, batch_id, "
         "partition_id, attempt) VALUES (%s, %s, %s, %s, %s)",
