@@ -99,20 +99,11 @@ def _batches(run: RunResult) -> list[int]:
 def test_files_restart_from_stored_offsets_after_driver_killed_and_checkpoint_lost(
     kafka_bootstrap: str, tmp_path: Path, how: str
 ) -> None:
-    topic = create_topic(kafka_bootstrap, unique("checkpoint-lost"), partitions=2)
-    _produce(kafka_bootstrap, topic, range(RECORDS), partitions=2)
+    topic = _topic_with_records(kafka_bootstrap)
     target = FilesTarget()
     spec = target.prepare(unique("lost"), "parquet", tmp_path, 2)
     checkpoint = tmp_path / "checkpoint"
-
-    first = run_process(
-        _query(spec, kafka_bootstrap, topic, checkpoint),
-        faults=f"after_decision:kill@batch={KILLED_BATCH}",
-        timeout=300,
-    )
-    assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
-    assert _batches(first) == list(range(KILLED_BATCH)), first.events
-    _lose(checkpoint, how)
+    _killed_then_lost(spec, kafka_bootstrap, topic, checkpoint, how=how)
 
     # the killed batch is decided but not committed: no position is safe until recovery
     refused = twopc_cli("offsets", *_files_options(spec))
@@ -128,11 +119,7 @@ def test_files_restart_from_stored_offsets_after_driver_killed_and_checkpoint_lo
     starting = json.dumps(point["starting_offsets"])
     assert sum(point["starting_offsets"][topic].values()) == (KILLED_BATCH + 1) * PER_BATCH
 
-    second = run_process(
-        _query(spec, kafka_bootstrap, topic, checkpoint, starting=starting), timeout=300
-    )
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert second.of("query-finished"), second.events
+    _restart(spec, kafka_bootstrap, topic, checkpoint, starting)
     assert_target_exactly_once(target, spec, set(range(RECORDS)))
 
 
@@ -153,6 +140,14 @@ def _killed_then_lost(
 ) -> None:
     """The first run, SIGKILLed after the decision of the middle batch; then its
     checkpoint deleted (or replaced by an empty directory)."""
+    _killed(spec, bootstrap, topic, checkpoint, log)
+    _lose(checkpoint, how)
+
+
+def _killed(
+    spec: SinkRecipe | GroupRecipe, bootstrap: str, topic: str, checkpoint: Path, log: str = ""
+) -> None:
+    """The first run, SIGKILLed after the decision of the middle batch."""
     first = run_process(
         _query(spec, bootstrap, topic, checkpoint, commit_log=log),
         faults=f"after_decision:kill@batch={KILLED_BATCH}",
@@ -160,13 +155,20 @@ def _killed_then_lost(
     )
     assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
     assert _batches(first) == list(range(KILLED_BATCH)), first.events
-    _lose(checkpoint, how)
 
 
 def _restart(
-    spec: SinkRecipe | GroupRecipe, bootstrap: str, topic: str, checkpoint: Path, start: str
+    spec: SinkRecipe | GroupRecipe,
+    bootstrap: str,
+    topic: str,
+    checkpoint: Path,
+    start: str,
+    *extra: str,
 ) -> None:
-    second = run_process(_query(spec, bootstrap, topic, checkpoint, starting=start), timeout=300)
+    """A query on ``checkpoint`` from ``start`` to the topic's end (``extra``: more of the
+    query's options, e.g. ``--dedupe``)."""
+    query = [*_query(spec, bootstrap, topic, checkpoint, starting=start), *extra]
+    second = run_process(query, timeout=300)
     assert second.returncode == 0, second.stderr[-4000:]
     assert second.of("query-finished"), second.events
 
@@ -278,12 +280,7 @@ def test_a_query_change_spark_refuses_continues_on_a_new_checkpoint(
     try:
         topic = _topic_with_records(kafka_bootstrap)
         checkpoint, log = tmp_path / "checkpoint", str(tmp_path / "commit-log")
-        first = run_process(
-            _query(spec, kafka_bootstrap, topic, checkpoint, commit_log=log),
-            faults=f"after_decision:kill@batch={KILLED_BATCH}",
-            timeout=300,
-        )
-        assert first.returncode == -signal.SIGKILL, first.stderr[-4000:]
+        _killed(spec, kafka_bootstrap, topic, checkpoint, log)
         _produce(kafka_bootstrap, topic, range(RECORDS, 2 * RECORDS), partitions=2)
 
         changed = [*_query(spec, kafka_bootstrap, topic, checkpoint, commit_log=log), "--dedupe"]
@@ -297,13 +294,7 @@ def test_a_query_change_spark_refuses_continues_on_a_new_checkpoint(
         start = twopc.starting_offsets(sink, spec.sink_id, topics=[topic], commit_log=log)
         # the decided batch is finished, nothing of the refused query's batches is kept
         assert sum(json.loads(start)[topic].values()) == (KILLED_BATCH + 1) * PER_BATCH
-        new = tmp_path / "new-checkpoint"
-        second = run_process(
-            [*_query(spec, kafka_bootstrap, topic, new, starting=start), "--dedupe"],
-            timeout=300,
-        )
-        assert second.returncode == 0, second.stderr[-4000:]
-        assert second.of("query-finished"), second.events
+        _restart(spec, kafka_bootstrap, topic, tmp_path / "new-checkpoint", start, "--dedupe")
         assert_target_exactly_once(target, spec, set(range(2 * RECORDS)))
     finally:
         target.cleanup(spec)
