@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -25,6 +27,7 @@ __all__ = [
     "filesystem_for",
     "fsync_directory",
     "fsync_file",
+    "fsync_files",
     "is_local",
     "join",
 ]
@@ -146,6 +149,20 @@ def fsync_file(path: str) -> None:
     """Persist a closed local file's contents (one written by another process, such as
     Spark's writer)."""
     _fsync(path)
+
+
+def fsync_files(files: Iterable[str], directories: Iterable[str] = ()) -> None:
+    """Persist closed local files, then the directories that name them: the files side
+    by side (each ``fsync`` waits for its own writes to reach the disk, so several at once
+    take about as long as the largest), each directory once, after its files."""
+    paths = list(dict.fromkeys(files))
+    if len(paths) > 1:
+        with ThreadPoolExecutor(max_workers=min(len(paths), 8)) as pool:
+            list(pool.map(_fsync, paths))  # list(): an error of any is raised here
+    elif paths:
+        _fsync(paths[0])
+    for directory in dict.fromkeys(directories):
+        _fsync(directory)
 
 
 def _fsync(path: str) -> None:

@@ -26,16 +26,19 @@ from twopc import (
     TaskContext,
 )
 from twopc.storage import is_local
+from twopc_iceberg._datafiles import WrittenFile
 from twopc_iceberg._layout import AttemptId, attempt_data_dir
 from twopc_iceberg._payload import IcebergPayload
 from twopc_iceberg._records import Records
 from twopc_iceberg._spark_write import (
     SESSION_CONF,
     JobFile,
+    identity_dtypes,
     job_files,
     projection,
     spark_options,
     stage_split,
+    sync_staged,
     table_refusals,
 )
 from twopc_iceberg._tables import TableAccess
@@ -110,6 +113,7 @@ class SparkPhase1:
             partition_by,
             select=select,
             session_conf=dict(SESSION_CONF),
+            identity_dtypes=identity_dtypes(table.schema(), table.spec(), columns),
         )
 
     def written(self, ctx: TaskContext, write: SparkWrite, table: Table) -> list[SparkOutput]:
@@ -125,6 +129,7 @@ class SparkPhase1:
         for found in job_files(data.fs, job):
             by_split.setdefault(found.split, []).append(found)
         outputs: list[tuple[AttemptId, Committable, int]] = []
+        staged: list[WrittenFile] = []
         for split in range(max(by_split, default=0) + 1):
             split_ctx = replace(ctx, partition=split)
             attempt = AttemptId.of(split_ctx)
@@ -132,10 +137,12 @@ class SparkPhase1:
                 records.mark_started(attempt)
             directory = attempt_data_dir(data.path, ctx.sink_id, attempt)
             files = stage_split(table, data, directory, by_split.get(split, []))
+            staged += files
             payload = IcebergPayload(self.table, tuple(files))
             outputs.append(
                 (attempt, Committable.for_task(split_ctx, payload), sum(f.size for f in files))
             )
+        sync_staged(data, staged)
         data.fs.rm(job, recursive=True)  # Spark's _SUCCESS and what its committer left
         result = []
         for attempt, committable, size in outputs:

@@ -33,7 +33,7 @@ from pyiceberg.io.pyarrow import (
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
 )
-from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import (
@@ -61,7 +61,7 @@ from pyiceberg.types import (
 )
 
 from twopc import PermanentSinkError, SinkError
-from twopc.storage import fsync_directory, fsync_file, is_local
+from twopc.storage import fsync_files, is_local
 from twopc_iceberg._datafiles import WrittenFile
 from twopc_iceberg._tables import Place
 
@@ -166,7 +166,7 @@ def projection(
     table: Table, columns: Sequence[str], name: str
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ``select`` expressions of a write job (the data's columns cast to the table's
-    types, then a hidden copy per identity partition) and the columns to partition by.
+    types, then a hidden column per partition field) and the columns to partition by.
     Raises :class:`~twopc.PermanentSinkError` for columns the table does not have."""
     schema = table.schema()
     known = {f.name for f in schema.fields}
@@ -201,6 +201,26 @@ def projection(
 
 _MICROS_PER_DAY = 86_400_000_000
 _MICROS_PER_HOUR = 3_600_000_000
+
+
+def identity_dtypes(
+    schema: Schema, spec: PartitionSpec, columns: Sequence[str]
+) -> tuple[tuple[str, str], ...]:
+    """The Spark columns and types (``df.dtypes``) for which :func:`projection` changes
+    nothing: every column of the table, in its order, of the type it is cast to, and no
+    partition column to add (empty when the projection always changes the batch)."""
+    if spec.fields:
+        return ()
+    fields = schema.fields
+    if tuple(columns) != tuple(f.name for f in fields):
+        return ()
+    dtypes = []
+    for column in fields:
+        cast = spark_type(column.field_type)
+        if cast is None:
+            return ()
+        dtypes.append((column.name, cast.lower()))
+    return tuple(dtypes)
 
 
 def _floor_div(value: str, divisor: int) -> str:
@@ -370,8 +390,9 @@ def stage_split(
     table: Table, data: Place, directory: str, files: Sequence[JobFile]
 ) -> list[WrittenFile]:
     """One Spark partition's files, moved into ``directory`` (its attempt's) under their
-    Iceberg partition paths, synced, and described; empty files (Spark writes one for a
-    task without rows) are removed."""
+    Iceberg partition paths and described; empty files (Spark writes one for a task
+    without rows) are removed. Not synced: the caller syncs every split's files at once
+    (:func:`sync_staged`) before anything names them."""
     written = []
     for number, job_file in enumerate(files):
         path = job_file.path
@@ -386,10 +407,6 @@ def stage_split(
         target = f"{target_dir}/part-{number:05d}.parquet"
         data.fs.makedirs(target_dir, exist_ok=True)
         data.fs.mv(path, target)
-        if is_local(data.fs):
-            # pre_commit's promise: what the committable names survives a crash
-            fsync_file(target)
-            fsync_directory(target_dir)
         partition: tuple[Any, ...] = ()
         if key is not None:
             record = key.partition
@@ -406,3 +423,12 @@ def stage_split(
             )
         )
     return written
+
+
+def sync_staged(data: Place, files: Sequence[WrittenFile]) -> None:
+    """pre_commit's promise for staged files on the local filesystem: what a committable
+    names survives a crash (object stores' files are durable once written)."""
+    if not is_local(data.fs):
+        return
+    paths = [data.path_of(f.path) for f in files]
+    fsync_files(paths, (path.rsplit("/", 1)[0] for path in paths))

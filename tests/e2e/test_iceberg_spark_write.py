@@ -433,6 +433,57 @@ def test_an_empty_batch_commits_and_shows_nothing(spark: Any, tmp_path: Path) ->
     assert _unreferenced(sink) == []
 
 
+def test_a_batch_of_the_table_s_own_types_is_written_as_it_is(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose columns are the table's, in its order and of its types, into an
+    unpartitioned table: Spark's job writes the batch without the casting projection (no
+    ``selectExpr``), and the table holds every value exactly."""
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.timestamp("us")),
+            ("name", pa.string()),
+            ("score", pa.float64()),
+        ]
+    )
+    sink = _table(tmp_path / "wh", schema)
+    frame = spark.sql(
+        """
+        SELECT id,
+               CAST('2026-11-01 00:00:00' AS TIMESTAMP_NTZ)
+                 + make_interval(0, 0, 0, 0, 0, 0, id) AS ts,
+               concat('customer-', CAST(id AS STRING)) AS name,
+               id * 0.5D AS score
+        FROM range(200)
+        """
+    ).repartition(2)
+    projected: list[tuple[str, ...]] = []
+    select_expr = type(frame).selectExpr
+
+    def counting(self: Any, *expressions: str) -> Any:
+        projected.append(expressions)
+        return select_expr(self, *expressions)
+
+    monkeypatch.setattr(type(frame), "selectExpr", counting)
+    metrics = twopc.write_batch(
+        frame, sink, "spark-identity", write_id="w1", commit_log=str(tmp_path / "log")
+    )
+    assert metrics.status == "committed" and metrics.rows == 200
+    assert projected == []
+    table = sink.load_table()
+    assert table is not None
+    got = table.scan().to_arrow().sort_by("id")
+    assert got.column("id").to_pylist() == list(range(200))
+    assert got.column("name").to_pylist() == [f"customer-{i}" for i in range(200)]
+    assert got.column("score").to_pylist() == [i * 0.5 for i in range(200)]
+    start = datetime.datetime(2026, 11, 1)
+    assert got.column("ts").to_pylist() == [
+        start + datetime.timedelta(seconds=i) for i in range(200)
+    ]
+    assert _unreferenced(sink) == []
+
+
 def test_a_group_member_writes_through_spark_s_writer(spark: Any, tmp_path: Path) -> None:
     """In a ``SinkGroup`` each member chooses its own phase 1: the Iceberg member's table
     exists, so Spark's writer writes it; the files member runs Python tasks. One decision,

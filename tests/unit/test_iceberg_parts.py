@@ -198,3 +198,35 @@ def test_the_driver_s_loaded_table_never_travels_to_the_tasks(tmp_path: object) 
     copy = pickle.loads(pickle.dumps(sink))
     assert not hasattr(copy, "_loaded") and copy.table == "db.t"
     assert sink._loaded is not None  # the driver's own object keeps it
+
+
+def test_a_batch_already_of_the_table_s_types_is_written_without_the_projection() -> None:
+    """Spark's write job skips its casts only for a batch of exactly the table's columns, in
+    order, of the types they are cast to, into an unpartitioned table (the engine compares
+    ``df.dtypes`` with this)."""
+    from pyiceberg.partitioning import PartitionField as SpecField
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DecimalType, LongType, NestedField, StringType, TimestampType
+
+    from twopc_iceberg._spark_write import identity_dtypes
+
+    schema = Schema(
+        NestedField(1, "id", LongType()),
+        NestedField(2, "ts", TimestampType()),
+        NestedField(3, "name", StringType()),
+        NestedField(4, "amount", DecimalType(10, 2)),
+    )
+    unpartitioned = PartitionSpec()
+    columns = ["id", "ts", "name", "amount"]
+    assert identity_dtypes(schema, unpartitioned, columns) == (
+        ("id", "bigint"),
+        ("ts", "timestamp_ntz"),
+        ("name", "string"),
+        ("amount", "decimal(10,2)"),
+    )
+    assert identity_dtypes(schema, unpartitioned, ["ts", "id", "name", "amount"]) == ()
+    assert identity_dtypes(schema, unpartitioned, ["id", "ts", "name"]) == ()
+    by_name = PartitionSpec(SpecField(3, 1000, IdentityTransform(), "name"))
+    assert identity_dtypes(schema, by_name, columns) == ()

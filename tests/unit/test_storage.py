@@ -14,6 +14,7 @@ from twopc.storage import (
     create_exclusive,
     filesystem_for,
     fsync_directory,
+    fsync_files,
     is_local,
     join,
 )
@@ -123,6 +124,21 @@ def test_fsync_directory(tmp_path: Any) -> None:
     fsync_directory(str(tmp_path))
     with pytest.raises(FileNotFoundError):
         fsync_directory(str(tmp_path / "missing"))
+
+
+def test_fsync_files_syncs_every_file_then_its_directories(tmp_path: Any) -> None:
+    paths = []
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part.parquet").write_bytes(b"x" * 100)
+        paths.append(str(tmp_path / name / "part.parquet"))
+    fsync_files(paths, [str(tmp_path / name) for name in ("a", "b", "c")])
+    fsync_files(paths[:1])
+    fsync_files([])
+    with pytest.raises(FileNotFoundError):
+        fsync_files([*paths, str(tmp_path / "missing.parquet")])
+    with pytest.raises(FileNotFoundError):
+        fsync_files(paths, [str(tmp_path / "gone")])
 
 
 class _ConditionalPutStore:

@@ -18,8 +18,8 @@ class SparkWrite:
     """One run of a batch written by Spark's own writer: what the engine runs is
     ``df.selectExpr(*select).write.format(format).options(**options)
     .partitionBy(*partition_by).mode("overwrite").save(path)`` (without ``selectExpr``
-    when ``select`` is empty), with ``session_conf`` set on the batch's Spark session for
-    the job and put back after it.
+    when ``select`` is empty or the batch's types are ``identity_dtypes``), with
+    ``session_conf`` set on the batch's Spark session for the job and put back after it.
 
     ``path`` is a URI Spark's (Hadoop's) filesystems resolve (``file:///...``,
     ``hdfs://...``): a location of this run alone, hidden from readers, that the sink's
@@ -36,6 +36,11 @@ class SparkWrite:
     session_conf: Mapping[str, str] = field(default_factory=dict)
     """Spark SQL settings the write needs that are not write options (for example
     ``spark.sql.parquet.outputTimestampType``): set for the job only."""
+    identity_dtypes: tuple[tuple[str, str], ...] = ()
+    """The batch's columns with their Spark types, as ``df.dtypes`` gives them and in that
+    order, for which ``select`` changes nothing (each column cast to the type it already
+    has): a batch of exactly these is written without the projection, which saves Spark
+    one more analysis of the batch's plan. Empty: ``select`` always applies."""
 
 
 @dataclass(frozen=True)

@@ -391,7 +391,7 @@ class SparkEngine(BatchEngine):
         def save() -> None:
             # the projection is analysed here (eagerly in classic Spark): a cast the data
             # cannot take is refused like the writer's own refusals
-            frame = self._df.selectExpr(*write.select) if write.select else self._df
+            frame = self._df.selectExpr(*write.select) if self._projects(write) else self._df
             writer = frame.write.format(write.format).mode("overwrite")
             if write.options:
                 writer = writer.options(**write.options)
@@ -422,6 +422,15 @@ class SparkEngine(BatchEngine):
                     batch_id=task.batch_id,
                 ) from cause
             raise
+
+    def _projects(self, write: SparkWrite) -> bool:
+        """Whether the write's ``select`` changes the batch (it does not when the batch's
+        columns and types are the write's ``identity_dtypes``)."""
+        if not write.select:
+            return False
+        if not write.identity_dtypes:
+            return True
+        return tuple(tuple(pair) for pair in self._df.dtypes) != write.identity_dtypes
 
     def discard(self) -> None:
         """Evaluate every partition, writing nothing: a stateful query's state stores must
