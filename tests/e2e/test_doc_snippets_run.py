@@ -225,6 +225,24 @@ def test_complete_foreach_batch_query(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+def test_background_commit_snippet(spark: Any, tmp_path: Path) -> None:
+    """The query committing in the background: after ``writer.close()`` every order is
+    in the output once (close waits for the last batch's commit)."""
+    block = find("docs/entry-points.md", "background_commit=True)")
+    expected = write_orders(tmp_path / "in")
+    orders = spark.readStream.schema("id long, amount double, day string").json(
+        str(tmp_path / "in")
+    )
+    sink = twopc.create_sink("files", path=str(tmp_path / "out"), format="parquet")
+    code = replaced(
+        block.code, {"/chk/orders": str(tmp_path / "chk"), "query.awaitTermination()": STOP}
+    )
+    run(code, {"twopc": twopc, "sink": sink, "orders": orders}, str(block))
+    assert parquet_ids(tmp_path / "out") == Counter(expected)
+    assert not list((tmp_path / "out" / "_twopc").rglob(".heartbeat.json"))  # writer.close()
+
+
+@pytest.mark.e2e
 def test_format_files_snippets(spark: Any, tmp_path: Path) -> None:
     """``twopc.register``, then the files query through ``format("twopc")`` of the README
     and of the entry points page."""

@@ -120,6 +120,11 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-location", default=None, help="foreach_batch's (default: --checkpoint)"
     )
+    parser.add_argument(
+        "--background-commit",
+        action="store_true",
+        help="foreach_batch(background_commit=True), and close() after the query",
+    )
     args = parser.parse_args()
     recipe = recipe_of(args.spec)  # a group's (foreach only) or one sink's
     spark = session(args.remote, args.master)
@@ -173,8 +178,12 @@ def main() -> None:
             commit_log=commit_log,
             checkpoint_location=args.checkpoint_location or args.checkpoint,
             faults=twopc.FaultPlan.parse(args.faults) if args.faults else twopc.FaultPlan(),
+            background_commit=args.background_commit,
         )
         query = stream.foreachBatch(writer).start()
+        if args.background_commit:
+            query.awaitTermination()
+            writer.close()  # waits for the last batch's commit
     else:
         options = {**format_options(spec), "sink_id": spec.sink_id}
         if commit_log:

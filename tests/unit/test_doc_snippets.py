@@ -229,6 +229,7 @@ CHECKED: dict[tuple[str, str], str] = {
         "docs/entry-points.md",
         "writer.close()  # removes the liveness record",
     ): "test_complete_foreach_batch_query",
+    ("docs/entry-points.md", "background_commit=True)"): "test_background_commit_snippet",
     ("docs/entry-points.md", '.option("table", "public.orders")'): "test_format_postgres_snippet",
     ("docs/entry-points.md", '.option("sink", "kafka")'): "test_format_kafka_snippet",
     ("docs/entry-points.md", 'table="public.daily_totals",'): "test_batch_write_snippets",

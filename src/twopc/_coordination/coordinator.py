@@ -15,10 +15,11 @@ and asks the target nothing before phase 1.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from twopc._contract.boundary import describe_exception
@@ -29,12 +30,12 @@ from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 from twopc._coordination.batch_outcome import committed_metrics, finished, metrics_with_progress
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.completeness import WHAT_STAYS, collect_committables
-from twopc._coordination.deciding import Decider, LastResourceRun
+from twopc._coordination.deciding import Decider, DecisionMade, LastResourceRun
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.publishing import Publisher
-from twopc._coordination.records import Decision
+from twopc._coordination.records import BatchState, Decision
 from twopc._coordination.recovery import STRAGGLER_WAIT_SECONDS, Recovery, RecoveryStats
 from twopc._coordination.replay_guard import ReplayGuard
 from twopc._coordination.reports import TaskReport
@@ -45,7 +46,7 @@ from twopc.groups import SinkGroup
 from twopc.progress import ProgressInTask, ProgressReporter, SourceOffsets
 from twopc.protocol import CommitsInTask, Committable, KeepsMarkers, Sink
 
-__all__ = ["Coordinator", "RecoveryStats"]
+__all__ = ["Coordinator", "DecidedBatch", "RecoveryStats"]
 
 _log = logging.getLogger("twopc")
 
@@ -142,8 +143,30 @@ class Coordinator:
         engine reads it from the offset log); with it, a replay over other input (an older
         checkpoint put back) is refused instead of skipped. ``source_offsets`` are the source's
         offsets the batch ends at, for a coordinator that reports progress to a group."""
+        started = self.start_batch(
+            query_id,
+            batch_id,
+            engine,
+            run_id=run_id,
+            input_fingerprint=input_fingerprint,
+            source_offsets=source_offsets,
+        )
+        return started if isinstance(started, BatchMetrics) else self.finish_batch(started)
+
+    def start_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        *,
+        run_id: str = "",
+        input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
+    ) -> BatchMetrics | DecidedBatch:
+        """:meth:`run_batch` up to the durable decision: the batch to :meth:`finish_batch`,
+        or the metrics of a replay that was skipped."""
         try:
-            return self._run_batch(
+            return self._start_batch(
                 query_id,
                 batch_id,
                 engine,
@@ -155,7 +178,17 @@ class Coordinator:
             self.recovery.needed = True  # whatever failed, the next batch recovers first
             raise
 
-    def _run_batch(
+    def finish_batch(self, batch: DecidedBatch) -> BatchMetrics:
+        """Phase 2 of a decided batch, its progress published, its losing attempts
+        cleaned up: the rest of :meth:`run_batch`. A failure leaves the decided batch to
+        the next batch's recovery."""
+        try:
+            return self._finish_batch(batch)
+        except BaseException:
+            self.recovery.needed = True
+            raise
+
+    def _start_batch(
         self,
         query_id: str,
         batch_id: int,
@@ -164,14 +197,14 @@ class Coordinator:
         run_id: str,
         input_fingerprint: str | None,
         source_offsets: SourceOffsets | None,
-    ) -> BatchMetrics:
+    ) -> BatchMetrics | DecidedBatch:
         started = time.monotonic()
         recovery = self.recovery.recover_if_needed()
         recovered_at = time.monotonic()
         admitted = self.admission.admit_batch(
             query_id,
             batch_id,
-            partitions=lambda: _partition_count(engine) if self._counts_partitions else 0,
+            partitions=engine.planned_partitions if self._counts_partitions else _UNCOUNTED,
             input_fingerprint=input_fingerprint,
             when=When.BEFORE_TASKS,
         )
@@ -197,29 +230,42 @@ class Coordinator:
         written_at = time.monotonic()
         if self._counts_partitions:
             self.admission.learn_partitions(query_id, batch_id, run, len(committables))
-        decided = self.decider.decide_and_commit(
+        made = self.decider.decide(
             query_id,
             batch_id,
             committables,
-            state,
             progress=progress.decided,
             last_resource=self._last_resource(engine, batch_id),
             source_offsets=source_offsets,
         )
-        reports += decided.last_resource_reports
+        return DecidedBatch(
+            made,
+            state,
+            [*reports, *made.last_resource_reports],
+            engine,
+            replace(base, write_seconds=written_at - recovered_at),
+            started,
+            written_at,
+        )
+
+    def _finish_batch(self, batch: DecidedBatch) -> BatchMetrics:
+        decided = self.decider.commit_decided(batch.made, batch.state)
         committed_at = time.monotonic()
         published = self.publisher.publish(decided.decision)
-        aborted, swept = self.recovery.clean_losing_attempts(reports, decided.decision, engine)
+        aborted, swept = self.recovery.clean_losing_attempts(
+            batch.reports, decided.decision, batch.engine
+        )
+        base = batch.base
         metrics = replace(
-            committed_metrics(base, reports, decided.log_batches),
-            write_seconds=written_at - recovered_at,
-            decide_seconds=decided.decided_at - written_at,
+            committed_metrics(base, batch.reports, decided.log_batches),
+            write_seconds=base.write_seconds,
+            decide_seconds=decided.decided_at - batch.written_at,
             commit_seconds=committed_at - decided.decided_at,
             commit_retries=decided.retries,
             recovered_aborted=base.recovered_aborted + aborted,
             swept=base.swept + swept,
         )
-        return finished(metrics_with_progress(metrics, published), started)
+        return finished(metrics_with_progress(metrics, published), batch.started)
 
     def _skip_replay(
         self,
@@ -388,11 +434,23 @@ class Coordinator:
             raise
 
 
-def _partition_count(engine: BatchEngine) -> int:
-    """Partitions the engine will run, if it can tell before phase 1; 0 when unknown."""
-    try:
-        value = engine.partition_count()
-    except Exception:
-        _log.debug("the engine could not tell its partition count", exc_info=True)
-        return 0
-    return int(value) if value else 0
+@dataclass(frozen=True)
+class DecidedBatch:
+    """A batch between :meth:`Coordinator.start_batch` and :meth:`Coordinator.
+    finish_batch`: its decision durable, its phase 2 not run."""
+
+    made: DecisionMade
+    state: BatchState
+    """The query's commit log as the batch's one listing saw it."""
+    reports: list[TaskReport]
+    """Phase 1's reports (and a group's last resource's)."""
+    engine: BatchEngine
+    base: BatchMetrics
+    """The batch's metrics so far (its recovery, its phase 1's time)."""
+    started: float
+    written_at: float
+    """When phase 1 ended (monotonic clock)."""
+
+
+_UNCOUNTED = functools.partial(int)
+"""A run's partition count when it does not matter: 0, without asking the engine."""

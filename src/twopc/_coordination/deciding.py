@@ -28,7 +28,7 @@ from twopc.groups import SinkGroup
 from twopc.progress import SourceOffsets
 from twopc.protocol import CommitsOnDriver, Committable, Sink
 
-__all__ = ["Decided", "Decider", "LastResourceRun"]
+__all__ = ["Decided", "Decider", "DecisionMade", "LastResourceRun"]
 
 _log = logging.getLogger("twopc")
 
@@ -45,6 +45,17 @@ class Decided:
     """Batches the log holds for the query afterwards (pruned)."""
     last_resource_reports: tuple[TaskReport, ...] = ()
     """The reports of a group's last resource (it ran after the decision was recorded)."""
+
+
+@dataclass(frozen=True)
+class DecisionMade:
+    """A batch's decision, durable (and, for a group with a last resource, its last
+    resource committed); its phase 2 not yet run."""
+
+    decision: Decision
+    decided_at: float
+    """When the decision was recorded (monotonic clock)."""
+    last_resource_reports: tuple[TaskReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,11 +112,33 @@ class Decider:
         last_resource: LastResourceRun | None = None,
         source_offsets: SourceOffsets | None = None,
     ) -> Decided:
-        """Record the decision over phase 1's committables, then finish it. Without a
-        decision nothing of the batch may become visible, so a failure to record it aborts
-        phase 1's work. With a ``last_resource``, the record is conditional and the last
-        resource's commit decides (:meth:`_run_last_resource`). The decision records the
-        batch's ``source_offsets``, and the committables it commits carry them."""
+        """Record the decision over phase 1's committables (:meth:`decide`), then finish it
+        (:meth:`commit_decided`)."""
+        made = self.decide(
+            query_id,
+            batch_id,
+            committables,
+            progress=progress,
+            last_resource=last_resource,
+            source_offsets=source_offsets,
+        )
+        return self.commit_decided(made, state)
+
+    def decide(
+        self,
+        query_id: str,
+        batch_id: int,
+        committables: Sequence[Committable],
+        *,
+        progress: DecidedProgress | None = None,
+        last_resource: LastResourceRun | None = None,
+        source_offsets: SourceOffsets | None = None,
+    ) -> DecisionMade:
+        """Record the decision over phase 1's committables. Without a decision nothing of
+        the batch may become visible, so a failure to record it aborts phase 1's work. With
+        a ``last_resource``, the record is conditional and the last resource's commit
+        decides (:meth:`_run_last_resource`). The decision records the batch's
+        ``source_offsets``, and the committables it commits carry them."""
         decision = Decision(
             self.sink_id,
             query_id,
@@ -128,17 +161,24 @@ class Decider:
             self.fire(CrashPoint.BEFORE_LAST_RESOURCE, batch_id)
             last_reports = self._run_last_resource(decision, last_resource)
             self.fire(CrashPoint.AFTER_LAST_RESOURCE, batch_id)
-        decided_at = time.monotonic()
-        self.fire(CrashPoint.AFTER_DECISION, batch_id)
+        return DecisionMade(decision, time.monotonic(), tuple(last_reports))
+
+    def commit_decided(self, made: DecisionMade, state: BatchState) -> Decided:
+        """Phase 2 of a batch :meth:`decide` just decided, then the log pruned. ``state``:
+        the query's log as the batch's one listing saw it. May run in a thread of its own
+        (``background_commit``): the decision is durable, so a crash before it ends is
+        finished by recovery."""
+        decision = made.decision
+        self.fire(CrashPoint.AFTER_DECISION, decision.batch_id)
         retries = self.finish(decision, self.path)
-        self.fire(CrashPoint.AFTER_COMMIT, batch_id)
-        self._prune_log(query_id, batch_id, state.finished)
+        self.fire(CrashPoint.AFTER_COMMIT, decision.batch_id)
+        self._prune_log(decision.query_id, decision.batch_id, state.finished)
         return Decided(
             decision,
-            decided_at,
+            made.decided_at,
             retries,
-            self._log_batches_after(state, batch_id),
-            tuple(last_reports),
+            self._log_batches_after(state, decision.batch_id),
+            made.last_resource_reports,
         )
 
     def _run_last_resource(self, decision: Decision, last: LastResourceRun) -> list[TaskReport]:

@@ -3,6 +3,7 @@ runs phase 1 on every partition; the rest has defaults for an engine that cannot
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -13,6 +14,8 @@ from twopc._coordination.reports import TaskReport
 from twopc.protocol import Committable
 
 __all__ = ["BatchEngine"]
+
+_log = logging.getLogger("twopc")
 
 
 class BatchEngine(ABC):
@@ -37,6 +40,16 @@ class BatchEngine(ABC):
         """Partitions phase 1 will run, known before it starts (recorded, so that a restart
         with fewer partitions still cleans up after this run); ``None``: not known."""
         return None
+
+    def planned_partitions(self) -> int:
+        """:meth:`partition_count` for the run record: 0 when unknown, or when asking
+        failed (the run then learns its count from phase 1's reports)."""
+        try:
+            value = self.partition_count()
+        except Exception:
+            _log.debug("the engine could not tell its partition count", exc_info=True)
+            return 0
+        return int(value) if value else 0
 
     def partitions_run(self) -> int | None:
         """After :meth:`run_phase1`: how many partitions it ran, as the engine itself knows

@@ -9,6 +9,7 @@ closed. ``twopc recover`` refuses to act while a record says the query runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -23,6 +24,7 @@ __all__ = [
     "Heartbeat",
     "HeartbeatState",
     "Liveness",
+    "own_process_start",
     "process_start",
     "this_host",
 ]
@@ -161,6 +163,17 @@ def process_start(pid: int) -> str | None:
     # the command name (field 2) may hold spaces and parentheses: split after its last ')'
     fields = raw[raw.rfind(")") + 1 :].split()
     return f"linux:{fields[19]}" if len(fields) > 19 else None
+
+
+@functools.lru_cache(maxsize=4)
+def _start_of(pid: int) -> str | None:
+    return process_start(pid)
+
+
+def own_process_start() -> str | None:
+    """This process's start time for its liveness record, read once per pid (a forked
+    child has its own)."""
+    return _start_of(os.getpid())
 
 
 def _pid_alive(pid: int) -> bool:

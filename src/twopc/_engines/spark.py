@@ -113,8 +113,10 @@ class SparkBatchWriter(BatchWriter):
         *,
         persist: bool = False,
         checkpoint_location: str | None = None,
+        background_commit: bool = False,
     ) -> None:
         super().__init__(sink, sink_id, options)
+        self._background_commit = background_commit
         # a group's members each read the batch: cached, they read it once and the same
         self._persist = persist or isinstance(sink, SinkGroup)
         self._checkpoint_location = checkpoint_location
@@ -135,12 +137,17 @@ class SparkBatchWriter(BatchWriter):
         batch: the checks here are stamped by this method, the batch itself by
         :meth:`BatchWriter.run`."""
         batch_id = int(batch_id)
+        self.wait_for_commit()  # the previous batch's phase 2, if it runs in the background
         with leaving_twopc(self.sink_id, batch_id):
             batch = self._batch(df, batch_id)
             frame = batch.df.persist() if self._persist else batch.df
         engine = self._engine(frame)
+        # over Spark Connect the function runs in the server's Python worker, which the
+        # client's close() never reaches: a commit is never left running there
+        background = self._background_commit and not is_connect_session(df.sparkSession)
+        run = self.run_committing_in_background if background else self.run
         try:
-            self.run(
+            run(
                 batch.query_id,
                 batch_id,
                 engine,
@@ -295,6 +302,7 @@ def foreach_batch(
     persist: bool = False,
     checkpoint_location: str | None = None,
     progress: ProgressReporter | None = None,
+    background_commit: bool = False,
 ) -> SparkBatchWriter:
     """The exactly-once ``foreachBatch`` function for ``sink``.
 
@@ -328,9 +336,17 @@ def foreach_batch(
             ``atomic`` mode on the group's cluster), else right after the batch's commit.
             The query must read a source whose offsets twopc reads from the checkpoint
             (Kafka). See docs/kafka-to-kafka.md.
+        background_commit: return from ``foreachBatch`` once the batch's decision is
+            durable and run its phase 2 (the target's commit) in a thread, while Spark
+            records the batch and plans the next one. Still exactly once (a crash before
+            the commit ends is finished by recovery), but a batch becomes visible a
+            moment after ``foreachBatch`` returns; the next batch waits for it, and
+            ``writer.close()`` waits for the last. Classic PySpark only (over Spark
+            Connect the commit stays in ``foreachBatch``). See docs/entry-points.md.
 
-    Call ``writer.close()`` after ``query.stop()``: it removes the liveness record that
-    makes ``twopc recover`` refuse to act while the query runs.
+    Call ``writer.close()`` after ``query.stop()``: it waits for a commit still running
+    in the background and removes the liveness record that makes ``twopc recover`` refuse
+    to act while the query runs.
     """
     options = WriterOptions(
         commit_log=commit_log,
@@ -341,7 +357,12 @@ def foreach_batch(
         progress=progress,
     )
     return SparkBatchWriter(
-        sink, sink_id, options, persist=persist, checkpoint_location=checkpoint_location
+        sink,
+        sink_id,
+        options,
+        persist=persist,
+        checkpoint_location=checkpoint_location,
+        background_commit=background_commit,
     )
 
 

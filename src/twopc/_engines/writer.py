@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -17,9 +16,10 @@ from twopc._contract.paths import check_roles
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 from twopc._coordination.commit_log import CommitLog
-from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.coordinator import Coordinator, DecidedBatch
 from twopc._coordination.engine import BatchEngine
-from twopc._coordination.liveness import Heartbeat, HeartbeatState, process_start, this_host
+from twopc._coordination.liveness import Heartbeat, HeartbeatState, own_process_start, this_host
+from twopc._engines.background import BackgroundCommit
 from twopc.errors import ConfigurationError, TwoPCError
 from twopc.faults import FaultPlan
 from twopc.groups import SinkGroup
@@ -38,11 +38,6 @@ __all__ = [
 _log = logging.getLogger("twopc")
 
 
-@functools.lru_cache(maxsize=4)
-def _pid_start(pid: int) -> str | None:
-    return process_start(pid)
-
-
 def _as_heartbeat(record: WriterRecord) -> Heartbeat:
     """A target's writer record judged as a liveness record is (host, process, age)."""
     return Heartbeat(
@@ -56,12 +51,6 @@ def _as_heartbeat(record: WriterRecord) -> Heartbeat:
         state=HeartbeatState.UNKNOWN,
         process_start=record.process_start,
     )
-
-
-def _own_start() -> str | None:
-    """This process's start time for its liveness record, read once per pid (a forked
-    child has its own)."""
-    return _pid_start(os.getpid())
 
 
 MetricsCallback = Callable[[BatchMetrics], None]
@@ -157,6 +146,8 @@ class BatchWriter:
         self._queries: set[str] = set()
         self._writer_recorded: dict[str, float] = {}
         """When this writer last recorded itself in the target, per query (monotonic)."""
+        self._committing: BackgroundCommit | None = None
+        """The previous batch's phase 2, while it runs in the background."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sink={self.sink.describe()!r}, sink_id={self.sink_id!r})"
@@ -206,7 +197,7 @@ class BatchWriter:
             updated_at=time.time(),
             batch_id=batch_id,
             state=state,
-            process_start=_own_start(),
+            process_start=own_process_start(),
         )
         try:
             coordinator.commit_log.write_heartbeat(record)
@@ -288,7 +279,7 @@ class BatchWriter:
             return
         self._writer_recorded[query_id] = now
         record = WriterRecord(
-            self.sink_id, query_id, this_host(), os.getpid(), time.time(), _own_start()
+            self.sink_id, query_id, this_host(), os.getpid(), time.time(), own_process_start()
         )
         try:
             self.sink.record_writer(record)
@@ -300,9 +291,17 @@ class BatchWriter:
             )
 
     def close(self) -> None:
-        """Remove this writer's liveness records: the query stopped cleanly. Call it after
-        ``query.stop()``; a crashed process leaves its record, which ``twopc status``
-        recognises as stale."""
+        """Wait for a batch committing in the background, then remove this writer's
+        liveness records: the query stopped cleanly. Call it after ``query.stop()``; a
+        crashed process leaves its record, which ``twopc status`` recognises as stale.
+        Raises the background commit's error, if it failed (the batch is decided: a
+        restart, or ``twopc recover``, finishes it)."""
+        failed = self.wait_for_commit()
+        self._remove_liveness()
+        if failed is not None:
+            raise failed
+
+    def _remove_liveness(self) -> None:
         if self._coordinator is None:
             return
         for query_id in sorted(self._queries):
@@ -331,16 +330,82 @@ class BatchWriter:
         metrics; ``write_id``: the key of a batch write, stamped on its metrics. The one
         place a batch's errors are stamped with the sink and the batch: whatever leaves is a
         twopc error naming both, and a batch that started and failed has failed metrics."""
-        started = False
-        coordinator: Coordinator | None = None
+        coordinator, started = self._start(
+            query_id,
+            batch_id,
+            engine,
+            checkpoint_root,
+            run_id=run_id,
+            input_fingerprint=input_fingerprint,
+            source_offsets=source_offsets,
+            write_id=write_id,
+        )
+        if isinstance(started, DecidedBatch):
+            return self._finish(coordinator, query_id, batch_id, started, write_id)
+        return self._done(coordinator, query_id, batch_id, started, write_id)
+
+    def run_committing_in_background(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        checkpoint_root: Callable[[], str | None],
+        *,
+        run_id: str = "",
+        input_fingerprint: str | None = None,
+        source_offsets: SourceOffsets | None = None,
+    ) -> None:
+        """:meth:`run` that returns once the batch's decision is durable, its phase 2
+        running in a thread (``background_commit``). The previous batch's phase 2 ends
+        first; one that failed is finished by this batch's recovery."""
+        self.wait_for_commit()
+        coordinator, started = self._start(
+            query_id,
+            batch_id,
+            engine,
+            checkpoint_root,
+            run_id=run_id,
+            input_fingerprint=input_fingerprint,
+            source_offsets=source_offsets,
+        )
+        if isinstance(started, DecidedBatch):
+            decided = started
+            self._committing = BackgroundCommit(
+                self.sink_id,
+                batch_id,
+                lambda: self._finish(coordinator, query_id, batch_id, decided, None),
+            )
+        else:
+            self._done(coordinator, query_id, batch_id, started, None)
+
+    def wait_for_commit(self) -> TwoPCError | None:
+        """Wait for the phase 2 running in the background, if any; its error, if it
+        failed (logged; the decided batch is finished by the next recovery)."""
+        committing, self._committing = self._committing, None
+        return committing.wait() if committing is not None else None
+
+    def _start(
+        self,
+        query_id: str,
+        batch_id: int,
+        engine: BatchEngine,
+        checkpoint_root: Callable[[], str | None],
+        *,
+        run_id: str,
+        input_fingerprint: str | None,
+        source_offsets: SourceOffsets | None,
+        write_id: str | None = None,
+    ) -> tuple[Coordinator, BatchMetrics | DecidedBatch]:
+        """The batch up to its durable decision (or its replay skipped)."""
+        started: Coordinator | None = None  # set once the batch started: it fails with metrics
         try:
             coordinator = self.coordinator(checkpoint_root)
             if query_id not in self._queries:
                 self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
             self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
             self._record_writer(query_id)
-            started = True
-            metrics = coordinator.run_batch(
+            started = coordinator
+            return coordinator, coordinator.start_batch(
                 query_id,
                 batch_id,
                 engine,
@@ -349,13 +414,52 @@ class BatchWriter:
                 source_offsets=source_offsets,
             )
         except Exception as exc:
-            error = as_twopc_error(exc, self.sink_id, batch_id)
-            if started and coordinator is not None:
-                self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
-                self._record_failed(query_id, batch_id, error, write_id)
+            error = self._failed(exc, started, query_id, batch_id, write_id)
             if error is exc:
                 raise
             raise error from exc
+
+    def _finish(
+        self,
+        coordinator: Coordinator,
+        query_id: str,
+        batch_id: int,
+        batch: DecidedBatch,
+        write_id: str | None,
+    ) -> BatchMetrics:
+        """Phase 2 of the decided ``batch``, then its metrics and liveness record."""
+        try:
+            metrics = coordinator.finish_batch(batch)
+        except Exception as exc:
+            error = self._failed(exc, coordinator, query_id, batch_id, write_id)
+            if error is exc:
+                raise
+            raise error from exc
+        return self._done(coordinator, query_id, batch_id, metrics, write_id)
+
+    def _failed(
+        self,
+        exc: Exception,
+        coordinator: Coordinator | None,
+        query_id: str,
+        batch_id: int,
+        write_id: str | None,
+    ) -> TwoPCError:
+        """The batch's error as a twopc error; a batch that started gets failed metrics."""
+        error = as_twopc_error(exc, self.sink_id, batch_id)
+        if coordinator is not None:
+            self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
+            self._record_failed(query_id, batch_id, error, write_id)
+        return error
+
+    def _done(
+        self,
+        coordinator: Coordinator,
+        query_id: str,
+        batch_id: int,
+        metrics: BatchMetrics,
+        write_id: str | None,
+    ) -> BatchMetrics:
         self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
         if write_id is not None:
             metrics = replace(metrics, write_id=write_id)
