@@ -1,8 +1,8 @@
 """The writer's background commit (``background_commit=True``) without Spark: a batch
 returns once its decision is durable, its phase 2 runs in a thread, the next batch waits
 for it, and a failed commit is finished by the next batch's recovery or raised by
-``close()``. Driven through the local engine's writer, whose ``run_committing_in_
-background`` is the same method the Spark adapter calls."""
+``close()``. Driven through the local engine's writer, whose ``start``,
+``finish_in_background`` and ``wait_for_commit`` are what the Spark adapter calls."""
 
 from __future__ import annotations
 
@@ -53,8 +53,10 @@ def store_name(tmp_path: Path) -> Iterator[str]:
 
 
 def _batch(writer: Any, batch_id: int, parts: list[pa.Table] = PARTS) -> None:
+    """One batch as the Spark adapter runs it with ``background_commit=True``."""
+    writer.wait_for_commit()  # the previous batch's commit
     engine = writer._engine(writer.sink, parts)
-    writer.run_committing_in_background("q", batch_id, engine, lambda: None)
+    writer.finish_in_background(writer.start("q", batch_id, engine, lambda: None))
 
 
 def _writer(sink: twopc.Sink[Any], tmp_path: Path, faults: str = "") -> Any:

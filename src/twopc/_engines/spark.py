@@ -145,9 +145,8 @@ class SparkBatchWriter(BatchWriter):
         # over Spark Connect the function runs in the server's Python worker, which the
         # client's close() never reaches: a commit is never left running there
         background = self._background_commit and not is_connect_session(df.sparkSession)
-        run = self.run_committing_in_background if background else self.run
         try:
-            run(
+            started = self.start(
                 batch.query_id,
                 batch_id,
                 engine,
@@ -156,6 +155,10 @@ class SparkBatchWriter(BatchWriter):
                 input_fingerprint=batch.fingerprint,
                 source_offsets=batch.source_offsets,
             )
+            if background:
+                self.finish_in_background(started)
+            else:
+                self.finish(started)
         finally:
             if self._persist:
                 with leaving_twopc(self.sink_id, batch_id):

@@ -30,6 +30,7 @@ from twopc.storage import join
 __all__ = [
     "BatchWriter",
     "MetricsCallback",
+    "StartedBatch",
     "WriterOptions",
     "resolve_commit_log",
     "validate_sink_id",
@@ -119,6 +120,18 @@ def resolve_commit_log(
         "cannot tell where to keep the commit log: pass commit_log='<durable path>' "
         "(for example a directory next to the query's checkpoint)"
     )
+
+
+@dataclass(frozen=True)
+class StartedBatch:
+    """A batch :meth:`BatchWriter.start` began: decided (``outcome`` is the
+    :class:`DecidedBatch` to finish), or a replay that was skipped (its metrics)."""
+
+    coordinator: Coordinator
+    query_id: str
+    batch_id: int
+    outcome: BatchMetrics | DecidedBatch
+    write_id: str | None = None
 
 
 class BatchWriter:
@@ -329,8 +342,9 @@ class BatchWriter:
         """Write one batch through the coordinator, keeping the liveness record and the
         metrics; ``write_id``: the key of a batch write, stamped on its metrics. The one
         place a batch's errors are stamped with the sink and the batch: whatever leaves is a
-        twopc error naming both, and a batch that started and failed has failed metrics."""
-        coordinator, started = self._start(
+        twopc error naming both, and a batch that started and failed has failed metrics.
+        :meth:`start` and :meth:`finish` (or :meth:`finish_in_background`) in one call."""
+        started = self.start(
             query_id,
             batch_id,
             engine,
@@ -340,11 +354,9 @@ class BatchWriter:
             source_offsets=source_offsets,
             write_id=write_id,
         )
-        if isinstance(started, DecidedBatch):
-            return self._finish(coordinator, query_id, batch_id, started, write_id)
-        return self._done(coordinator, query_id, batch_id, started, write_id)
+        return self.finish(started)
 
-    def run_committing_in_background(
+    def start(
         self,
         query_id: str,
         batch_id: int,
@@ -354,48 +366,8 @@ class BatchWriter:
         run_id: str = "",
         input_fingerprint: str | None = None,
         source_offsets: SourceOffsets | None = None,
-    ) -> None:
-        """:meth:`run` that returns once the batch's decision is durable, its phase 2
-        running in a thread (``background_commit``). The previous batch's phase 2 ends
-        first; one that failed is finished by this batch's recovery."""
-        self.wait_for_commit()
-        coordinator, started = self._start(
-            query_id,
-            batch_id,
-            engine,
-            checkpoint_root,
-            run_id=run_id,
-            input_fingerprint=input_fingerprint,
-            source_offsets=source_offsets,
-        )
-        if isinstance(started, DecidedBatch):
-            decided = started
-            self._committing = BackgroundCommit(
-                self.sink_id,
-                batch_id,
-                lambda: self._finish(coordinator, query_id, batch_id, decided, None),
-            )
-        else:
-            self._done(coordinator, query_id, batch_id, started, None)
-
-    def wait_for_commit(self) -> TwoPCError | None:
-        """Wait for the phase 2 running in the background, if any; its error, if it
-        failed (logged; the decided batch is finished by the next recovery)."""
-        committing, self._committing = self._committing, None
-        return committing.wait() if committing is not None else None
-
-    def _start(
-        self,
-        query_id: str,
-        batch_id: int,
-        engine: BatchEngine,
-        checkpoint_root: Callable[[], str | None],
-        *,
-        run_id: str,
-        input_fingerprint: str | None,
-        source_offsets: SourceOffsets | None,
         write_id: str | None = None,
-    ) -> tuple[Coordinator, BatchMetrics | DecidedBatch]:
+    ) -> StartedBatch:
         """The batch up to its durable decision (or its replay skipped)."""
         started: Coordinator | None = None  # set once the batch started: it fails with metrics
         try:
@@ -405,7 +377,7 @@ class BatchWriter:
             self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
             self._record_writer(query_id)
             started = coordinator
-            return coordinator, coordinator.start_batch(
+            outcome = coordinator.start_batch(
                 query_id,
                 batch_id,
                 engine,
@@ -418,24 +390,44 @@ class BatchWriter:
             if error is exc:
                 raise
             raise error from exc
+        return StartedBatch(coordinator, query_id, batch_id, outcome, write_id)
 
-    def _finish(
-        self,
-        coordinator: Coordinator,
-        query_id: str,
-        batch_id: int,
-        batch: DecidedBatch,
-        write_id: str | None,
-    ) -> BatchMetrics:
-        """Phase 2 of the decided ``batch``, then its metrics and liveness record."""
+    def finish(self, started: StartedBatch) -> BatchMetrics:
+        """The rest of a batch :meth:`start` began: phase 2 of a decided batch, then its
+        metrics and liveness record."""
+        outcome = started.outcome
+        if isinstance(outcome, DecidedBatch):
+            return self._finish(started, outcome)
+        return self._done(started, outcome)
+
+    def finish_in_background(self, started: StartedBatch) -> None:
+        """:meth:`finish` in a thread (``background_commit``): the batch's decision is
+        durable, so this returns at once. The next batch (:meth:`wait_for_commit`) and
+        :meth:`close` wait for it; one that failed is finished by the next recovery."""
+        if isinstance(started.outcome, DecidedBatch):
+            self._committing = BackgroundCommit(
+                self.sink_id, started.batch_id, lambda: self.finish(started)
+            )
+        else:
+            self.finish(started)
+
+    def wait_for_commit(self) -> TwoPCError | None:
+        """Wait for the phase 2 running in the background, if any; its error, if it
+        failed (logged; the decided batch is finished by the next recovery)."""
+        committing, self._committing = self._committing, None
+        return committing.wait() if committing is not None else None
+
+    def _finish(self, started: StartedBatch, batch: DecidedBatch) -> BatchMetrics:
         try:
-            metrics = coordinator.finish_batch(batch)
+            metrics = started.coordinator.finish_batch(batch)
         except Exception as exc:
-            error = self._failed(exc, coordinator, query_id, batch_id, write_id)
+            error = self._failed(
+                exc, started.coordinator, started.query_id, started.batch_id, started.write_id
+            )
             if error is exc:
                 raise
             raise error from exc
-        return self._done(coordinator, query_id, batch_id, metrics, write_id)
+        return self._done(started, metrics)
 
     def _failed(
         self,
@@ -452,17 +444,12 @@ class BatchWriter:
             self._record_failed(query_id, batch_id, error, write_id)
         return error
 
-    def _done(
-        self,
-        coordinator: Coordinator,
-        query_id: str,
-        batch_id: int,
-        metrics: BatchMetrics,
-        write_id: str | None,
-    ) -> BatchMetrics:
-        self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.IDLE)
-        if write_id is not None:
-            metrics = replace(metrics, write_id=write_id)
+    def _done(self, started: StartedBatch, metrics: BatchMetrics) -> BatchMetrics:
+        self._heartbeat(
+            started.coordinator, started.query_id, started.batch_id, HeartbeatState.IDLE
+        )
+        if started.write_id is not None:
+            metrics = replace(metrics, write_id=started.write_id)
         self._record(metrics)
         return metrics
 
