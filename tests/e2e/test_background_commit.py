@@ -97,6 +97,29 @@ def test_every_batch_committed_in_the_background_is_in_the_table_once(
     assert _left(tmp_path / "wh") == []
 
 
+def test_a_group_commits_its_members_in_the_background(spark: Any, tmp_path: Path) -> None:
+    """A ``SinkGroup`` (the Iceberg table through Spark's writer, Parquet files through
+    Python tasks): one decision per batch, both members committed in the thread, each
+    target holding every id once after ``close()``."""
+    import pyarrow.dataset as ds
+
+    expected = _input(tmp_path / "in", 2)
+    lake = _sink(tmp_path / "wh")
+    audit = twopc.create_sink(
+        "files", path=str(tmp_path / "audit"), format="parquet", write_path="python"
+    )
+    group = twopc.SinkGroup({"lake": lake, "audit": audit})
+    writer = twopc.foreach_batch(group, "bg-group", background_commit=True)
+    query = _query(spark, tmp_path / "in", tmp_path / "chk", writer)
+    query.awaitTermination()
+    writer.close()
+    assert_exactly_once(_ids(lake), expected)
+    audited = ds.dataset(str(tmp_path / "audit"), format="parquet").to_table()
+    assert_exactly_once(Counter(audited.column("id").to_pylist()), expected)
+    assert [m.status for m in writer.metrics] == ["committed"] * 2
+    assert _left(tmp_path / "wh") == []
+
+
 def test_a_commit_that_fails_in_the_background_is_finished_by_the_next_batch(
     spark: Any, tmp_path: Path
 ) -> None:
