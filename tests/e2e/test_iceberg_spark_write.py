@@ -293,7 +293,8 @@ def test_an_executor_sigkilled_mid_job_is_retried_by_spark(tmp_path: Path) -> No
 def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> None:
     """Over Spark Connect the ``foreachBatch`` function, next to the server, runs Spark's
     writer with the session settings it needs (set on the server's session and put back);
-    a second run adds a batch, each id once."""
+    a second run, with ``background_commit=True`` (which commits inside ``foreachBatch``
+    over Connect), adds a batch, each id once."""
     spec = _spec(tmp_path)
     source = tmp_path / "in"
     expected = add_input(source, 0) | add_input(source, 1)
@@ -302,7 +303,12 @@ def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr[-3000:]
     assert_exactly_once(target.committed(spec), expected)
     expected |= add_input(source, 2)
-    second = run(command("foreach", spec, source, tmp_path / "chk", remote=connect.url))
+    second = run(
+        [
+            *command("foreach", spec, source, tmp_path / "chk", remote=connect.url),
+            "--background-commit",
+        ]
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert_exactly_once(target.committed(spec), expected)
     assert target.leftovers(spec) == []
