@@ -40,6 +40,7 @@ def filesystem_for(url: str, storage_options: dict[str, Any] | None = None) -> t
 
 
 def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is the local disk, where durability takes an ``fsync``."""
     return isinstance(fs, LocalFileSystem)
 
 
