@@ -52,7 +52,7 @@ from twopc.storage import (
     create_exclusive,
     filesystem_for,
     fsync_directory,
-    fsync_file,
+    fsync_files,
     is_local,
     join,
 )
@@ -551,10 +551,8 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
             staged.append(StagedFile(target, final, self._rows_in(path), entry.size))
         if staged and is_local(self.fs):
             # pre_commit's promise: what the committable names survives a crash
-            for done in staged:
-                fsync_file(self._abs(done.staged))
-            for directory in {self._abs(d.staged).rsplit("/", 1)[0] for d in staged}:
-                fsync_directory(directory)
+            paths = [self._abs(done.staged) for done in staged]
+            fsync_files(paths, (path.rsplit("/", 1)[0] for path in paths))
         files_ = tuple(sorted(staged, key=lambda f: f.final))
         fingerprint = ""
         if staged and schema is not None:

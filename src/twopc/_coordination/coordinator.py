@@ -258,7 +258,6 @@ class Coordinator:
         base = batch.base
         metrics = replace(
             committed_metrics(base, batch.reports, decided.log_batches),
-            write_seconds=base.write_seconds,
             decide_seconds=decided.decided_at - batch.written_at,
             commit_seconds=committed_at - decided.decided_at,
             commit_retries=decided.retries,

@@ -430,7 +430,7 @@ class SparkEngine(BatchEngine):
             return False
         if not write.identity_dtypes:
             return True
-        return tuple(tuple(pair) for pair in self._df.dtypes) != write.identity_dtypes
+        return tuple(self._df.dtypes) != write.identity_dtypes
 
     def discard(self) -> None:
         """Evaluate every partition, writing nothing: a stateful query's state stores must
