@@ -12,9 +12,10 @@ relies on. What "atomic" means depends on the filesystem:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "fsync_files",
     "is_local",
     "join",
+    "syncing_files",
 ]
 
 
@@ -164,6 +166,29 @@ def fsync_files(files: Iterable[str], directories: Iterable[str] = ()) -> None:
         _fsync(paths[0])
     for directory in dict.fromkeys(directories):
         _fsync(directory)
+
+
+@contextlib.contextmanager
+def syncing_files(files: Iterable[str]) -> Iterator[None]:
+    """Persist closed local files while the block runs: each is opened on entry (so the
+    block may rename or move it within its filesystem) and synced in a thread of its own;
+    leaving the block waits for every sync and raises the first error. The directories
+    that name the files are the caller's to sync afterwards (:func:`fsync_files`)."""
+    descriptors: list[int] = []
+    try:
+        for path in dict.fromkeys(files):
+            descriptors.append(os.open(path, os.O_RDONLY))
+        if not descriptors:
+            yield
+            return
+        with ThreadPoolExecutor(max_workers=min(len(descriptors), 8)) as pool:
+            syncs = [pool.submit(os.fsync, fd) for fd in descriptors]
+            yield
+            for sync in syncs:
+                sync.result()  # the first error of any is raised here
+    finally:
+        for fd in descriptors:
+            os.close(fd)
 
 
 def _fsync(path: str) -> None:

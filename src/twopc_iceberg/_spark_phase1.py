@@ -38,7 +38,8 @@ from twopc_iceberg._spark_write import (
     projection,
     spark_options,
     stage_split,
-    sync_staged,
+    staging_synced,
+    sync_directories,
     table_refusals,
 )
 from twopc_iceberg._tables import TableAccess
@@ -125,25 +126,27 @@ class SparkPhase1:
         job = self._job(data.path, ctx)
         with contextlib.suppress(AttributeError):
             data.fs.invalidate_cache()
+        found = list(job_files(data.fs, job))
         by_split: dict[int, list[JobFile]] = {}
-        for found in job_files(data.fs, job):
-            by_split.setdefault(found.split, []).append(found)
+        for job_file in found:
+            by_split.setdefault(job_file.split, []).append(job_file)
         outputs: list[tuple[AttemptId, Committable, int]] = []
         staged: list[WrittenFile] = []
-        for split in range(max(by_split, default=0) + 1):
-            split_ctx = replace(ctx, partition=split)
-            attempt = AttemptId.of(split_ctx)
-            if split:
-                records.mark_started(attempt)
-            directory = attempt_data_dir(data.path, ctx.sink_id, attempt)
-            files = stage_split(table, data, directory, by_split.get(split, []))
-            staged += files
-            payload = IcebergPayload(self.table, tuple(files))
-            outputs.append(
-                (attempt, Committable.for_task(split_ctx, payload), sum(f.size for f in files))
-            )
-        sync_staged(data, staged)
-        data.fs.rm(job, recursive=True)  # Spark's _SUCCESS and what its committer left
+        with staging_synced(data, found):  # the files reach the disk while they are staged
+            for split in range(max(by_split, default=0) + 1):
+                split_ctx = replace(ctx, partition=split)
+                attempt = AttemptId.of(split_ctx)
+                if split:
+                    records.mark_started(attempt)
+                directory = attempt_data_dir(data.path, ctx.sink_id, attempt)
+                files = stage_split(table, data, directory, by_split.get(split, []))
+                staged += files
+                payload = IcebergPayload(self.table, tuple(files))
+                outputs.append(
+                    (attempt, Committable.for_task(split_ctx, payload), sum(f.size for f in files))
+                )
+            data.fs.rm(job, recursive=True)  # Spark's _SUCCESS and what its committer left
+        sync_directories(data, staged)
         result = []
         for attempt, committable, size in outputs:
             records.mark_prepared(attempt, committable)

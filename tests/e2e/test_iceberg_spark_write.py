@@ -174,6 +174,29 @@ def test_data_the_table_cannot_take_fails_the_batch_and_leaves_nothing(
     assert _unreferenced(sink) == []
 
 
+def test_a_session_without_ansi_casts_still_refuses_a_value_the_table_cannot_take(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The write's casts are analysed under its own settings: a session with ANSI mode
+    off gets no silent null for a value that overflows the table's type, and keeps its
+    own setting afterwards."""
+    sink = _table(tmp_path / "wh")
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        batch = spark.sql("SELECT id, id * 10000000000 AS small FROM range(20)")
+        with pytest.raises(twopc.BatchFailedError, match="CAST_OVERFLOW"):
+            twopc.write_batch(
+                batch, sink, "spark-lenient", write_id="w1", commit_log=str(tmp_path / "log")
+            )
+        assert spark.conf.get("spark.sql.ansi.enabled") == "false"
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    table = sink.load_table()
+    assert table is not None and table.scan().to_arrow().num_rows == 0
+    assert _unreferenced(sink) == []
+
+
 def test_what_the_spark_path_cannot_write_goes_to_python_tasks(tmp_path: Path) -> None:
     """``auto`` names why it keeps the Python path; ``write_path="spark"`` refuses the same
     cases with a ConfigurationError saying why."""

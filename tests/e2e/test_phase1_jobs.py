@@ -68,3 +68,34 @@ def test_phase1_takes_its_stage_from_its_tasks(spark: Any) -> None:
     assert engine.partitions_run() == 2
     assert not engine.duplicate_attempts_possible()
     assert not engine._jobs_read
+
+
+def test_the_partition_count_of_a_foreach_batch_frame_is_what_phase1_runs(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Classic ``foreachBatch`` hands the micro-batch over as an RDD, whose partitions are
+    read from it (no planning); a frame the function reshaped first is counted from its
+    plan. Either count is the partitions a job over the frame runs."""
+    counts: list[tuple[int | None, int, int | None, int]] = []
+
+    def batch(df: Any, batch_id: int) -> None:
+        reshaped = df.filter("value % 2 = 0").repartition(3)
+        counts.append(
+            (
+                SparkEngine(df).partition_count(),
+                df.rdd.getNumPartitions(),
+                SparkEngine(reshaped).partition_count(),
+                reshaped.rdd.getNumPartitions(),
+            )
+        )
+
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 100).load()
+    query = (
+        stream.repartition(4)
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(once=True)
+        .start()
+    )
+    query.awaitTermination(60)
+    assert counts and all(c == (4, 4, 3, 3) for c in counts), counts

@@ -146,6 +146,8 @@ def test_spark_writes_flat_types_with_the_table_s_settings() -> None:
         "partitionOverwriteMode": "static",
         "mapreduce.fileoutputcommitter.algorithm.version": "2",
         "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "fs.file.impl.disable.cache": "true",
     }
     options = spark_options(
         {

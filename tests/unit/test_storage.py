@@ -17,6 +17,7 @@ from twopc.storage import (
     fsync_files,
     is_local,
     join,
+    syncing_files,
 )
 
 pytestmark = pytest.mark.unit
@@ -139,6 +140,46 @@ def test_fsync_files_syncs_every_file_then_its_directories(tmp_path: Any) -> Non
         fsync_files([*paths, str(tmp_path / "missing.parquet")])
     with pytest.raises(FileNotFoundError):
         fsync_files(paths, [str(tmp_path / "gone")])
+
+
+def test_syncing_files_lets_the_block_move_them_and_closes_what_it_opened(
+    tmp_path: Any,
+) -> None:
+
+    paths = []
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.parquet").write_bytes(b"x" * 100)
+        paths.append(str(tmp_path / f"{name}.parquet"))
+    open_before = len(os.listdir("/proc/self/fd"))
+    (tmp_path / "moved").mkdir()
+    with syncing_files(paths):
+        for path in paths:
+            os.replace(path, str(tmp_path / "moved" / os.path.basename(path)))
+    assert sorted(os.listdir(tmp_path / "moved")) == ["a.parquet", "b.parquet"]
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    with syncing_files([]):
+        pass
+    ran = []
+    with pytest.raises(FileNotFoundError), syncing_files([str(tmp_path / "missing")]):
+        ran.append(True)
+    assert not ran  # a file that cannot be opened fails before the block
+
+
+def test_syncing_files_raises_a_failed_sync_when_the_block_ends(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    (tmp_path / "a.parquet").write_bytes(b"x")
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with (
+        pytest.raises(OSError, match="Input/output error"),
+        syncing_files([str(tmp_path / "a.parquet")]),
+    ):
+        pass
 
 
 class _ConditionalPutStore:

@@ -19,7 +19,8 @@ class SparkWrite:
     ``df.selectExpr(*select).write.format(format).options(**options)
     .partitionBy(*partition_by).mode("overwrite").save(path)`` (without ``selectExpr``
     when ``select`` is empty or the batch's types are ``identity_dtypes``), with
-    ``session_conf`` set on the batch's Spark session for the job and put back after it.
+    ``session_conf`` set on the batch's Spark session for the projection and the job (the
+    casts of ``select`` take ANSI mode from it) and put back after them.
 
     ``path`` is a URI Spark's (Hadoop's) filesystems resolve (``file:///...``,
     ``hdfs://...``): a location of this run alone, hidden from readers, that the sink's

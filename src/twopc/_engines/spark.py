@@ -231,7 +231,9 @@ class SparkBatchWriter(BatchWriter):
             _refuse_inexact_modes(spark, query_id)
             self._checked_queries.add(query_id)
         if self._speculation is None:
-            self._speculation = context.getConf().get("spark.speculation", "false") == "true"
+            # the session's settings hold the context's (getConf() would copy all of them)
+            setting = spark.conf.get("spark.speculation", "false")
+            self._speculation = str(setting).lower() == "true"
         if query_id not in self._checkpoints:
             self._checkpoints[query_id] = (
                 _checkpoint_root(spark, query_id) or self._checkpoint_location

@@ -183,6 +183,9 @@ class SparkEngine(BatchEngine):
         where neither can be read without running a job."""
         try:
             execution = self._df._jdf.queryExecution()
+            count = _rdd_partitions(execution.logical())
+            if count is not None:
+                return count
             plan = execution.sparkPlan()
             count = int(plan.outputPartitioning().numPartitions())
             if count <= 0 and "Exchange" not in str(plan.treeString()):
@@ -214,7 +217,9 @@ class SparkEngine(BatchEngine):
                 return True  # phase 1's stages are not known: clean up as if it did
             if self._result_stage is not None and self._result_info is not None:
                 return int(self._result_info.currentAttemptId()) > 0
-            return any(tracker.attempt(stage) > 0 for stage in stages)
+            # the result stage (created last: the highest id) is the one that ran the
+            # sink; a lost shuffle stage after it started re-attempts it too
+            return bool(stages) and tracker.attempt(max(stages)) > 0
         except Exception:
             _log.debug("cannot read the stage attempts of phase 1's job", exc_info=True)
             return True  # cannot tell: clean up as if it did
@@ -389,15 +394,16 @@ class SparkEngine(BatchEngine):
         :class:`~twopc.SinkError`."""
 
         def save() -> None:
-            # the projection is analysed here (eagerly in classic Spark): a cast the data
-            # cannot take is refused like the writer's own refusals
-            frame = self._df.selectExpr(*write.select) if self._projects(write) else self._df
-            writer = frame.write.format(write.format).mode("overwrite")
-            if write.options:
-                writer = writer.options(**write.options)
-            if write.partition_by:
-                writer = writer.partitionBy(*write.partition_by)
             with _session_conf(self._df.sparkSession, write.session_conf):
+                # the projection is analysed here (eagerly in classic Spark), under the
+                # write's settings (its casts take ANSI mode as set now): a cast the data
+                # cannot take is refused like the writer's own refusals
+                frame = self._df.selectExpr(*write.select) if self._projects(write) else self._df
+                writer = frame.write.format(write.format).mode("overwrite")
+                if write.options:
+                    writer = writer.options(**write.options)
+                if write.partition_by:
+                    writer = writer.partitionBy(*write.partition_by)
                 writer.save(write.path)
 
         try:
@@ -438,6 +444,18 @@ class SparkEngine(BatchEngine):
         write (``evaluate_replays=False``) has no state: its skipped write reads nothing."""
         if self._evaluate_replays:
             self._df.write.format("noop").mode("overwrite").save()
+
+
+def _rdd_partitions(logical: Any) -> int | None:
+    """The partitions of a plan that is an RDD already (classic ``foreachBatch`` hands the
+    micro-batch over as one, a ``LogicalRDD``), read without planning anything; ``None``
+    for any other plan (a batch the function transformed first)."""
+    try:
+        rdd = logical.rdd()
+    except Exception:  # py4j: the plan has no RDD of its own
+        return None
+    count = int(rdd.getNumPartitions())
+    return count if count > 0 else None
 
 
 @contextlib.contextmanager
