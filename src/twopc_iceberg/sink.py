@@ -50,7 +50,7 @@ from twopc import (
     WorkKind,
     WritesWithSpark,
 )
-from twopc_iceberg._catalogs import catalog_properties, public_properties, without_commit_retries
+from twopc_iceberg._catalogs import catalog_properties, public_properties
 from twopc_iceberg._datafiles import (
     FileRoller,
     WrittenFile,
@@ -79,6 +79,7 @@ from twopc_iceberg._records import GaveWay, RecordEntry, Records
 from twopc_iceberg._spark_phase1 import SparkPhase1
 from twopc_iceberg._spark_write import WRITE_PATHS
 from twopc_iceberg._tables import TableAccess
+from twopc_iceberg._transaction import batch_transaction
 from twopc_iceberg._upsert import (
     Rewrite,
     check_keys,
@@ -506,12 +507,9 @@ class IcebergSink(
         self._check_files_exist(first, files)
         summary = after.summary(first.sink_id, first.query_id, (c.partition for c in committables))
         rewrite = self._plan_rewrite(table, first, files) if self.mode == "upsert" else Rewrite()
-        txn = without_commit_retries(table).transaction()
-        properties = {marker_property(first.sink_id, first.query_id): after.to_property()}
-        if table.metadata.name_mapping() is None and not all(f.field_ids for f in files):
-            # files without field ids (Spark's writer): readers match their columns by name
-            properties[NAME_MAPPING] = table.schema().name_mapping.model_dump_json()
-        txn.set_properties(properties)
+        txn = batch_transaction(table)
+        # the snapshot first: it is planned on the table's metadata as loaded (a staged
+        # property would make the transaction copy the whole metadata to plan it)
         if rewrite.deleted:
             with txn.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
                 for old in rewrite.deleted:
@@ -522,6 +520,11 @@ class IcebergSink(
             with txn.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for written in files:
                     append.append_data_file(written.data_file())
+        properties = {marker_property(first.sink_id, first.query_id): after.to_property()}
+        if table.metadata.name_mapping() is None and not all(f.field_ids for f in files):
+            # files without field ids (Spark's writer): readers match their columns by name
+            properties[NAME_MAPPING] = table.schema().name_mapping.model_dump_json()
+        txn.set_properties(properties)
         records = self._records(table, first.sink_id)
         try:
             txn.commit_transaction()

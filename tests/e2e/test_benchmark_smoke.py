@@ -201,3 +201,31 @@ def test_benchmark_command_at_tiny_sizes(
     assert "### The floor" in page and "### Goals" in page
     assert "standalone cluster" in page
     assert "### Cost over time: 30 micro-batches" in page and "### Scaling, plotted" in page
+
+
+def test_the_iceberg_commit_growth_benchmark_at_a_tiny_size(tmp_path: Path) -> None:
+    """``benchmarks/iceberg_commit_growth.py`` as documented, at 6 snapshots: a mark per 3
+    snapshots with both writers' times (it checks both tables' rows itself)."""
+    output = tmp_path / "growth.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "iceberg_commit_growth.py"),
+            "--snapshots",
+            "6",
+            "--every",
+            "3",
+            "--window",
+            "3",
+            "--output",
+            str(output),
+        ],
+        check=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    result = json.loads(output.read_text())
+    assert [mark["snapshots"] for mark in result["marks"]] == [3, 6]
+    for mark in result["marks"]:
+        assert all(0 < ms < 10_000 for ms in mark["median_ms"].values()), mark
+        assert mark["ratio_twopc_vs_pyiceberg"] > 0

@@ -232,3 +232,44 @@ def test_a_batch_already_of_the_table_s_types_is_written_without_the_projection(
     assert identity_dtypes(schema, unpartitioned, ["id", "ts", "name"]) == ()
     by_name = PartitionSpec(SpecField(3, 1000, IdentityTransform(), "name"))
     assert identity_dtypes(schema, by_name, columns) == ()
+
+
+def test_a_batch_transaction_works_its_view_out_once_per_change(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg recomputes a transaction's metadata view (a deep copy of the whole
+    metadata) at every read; the batch's transaction reads the loaded metadata until
+    something is staged and keeps each view until the next update, and the commit it makes
+    is pyiceberg's: the table gains the snapshot and the property."""
+    import pyarrow as pa
+    import pyiceberg.table as pyiceberg_table
+
+    from twopc_iceberg._transaction import batch_transaction
+
+    sink = IcebergSink("db.events", warehouse=str(tmp_path), create_table=True)
+    catalog = sink.access.catalog_object()
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.events", schema=pa.schema([("id", pa.int64())]))
+    computed = []
+    original = pyiceberg_table.update_table_metadata
+
+    def counted(*args: object, **kwargs: object) -> object:
+        computed.append(True)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counted)
+    txn = batch_transaction(table)
+    assert txn.table_metadata is txn.table_metadata
+    assert txn.table_metadata.properties["commit.retry.num-retries"] == "0"
+    assert computed == []  # nothing staged yet: the loaded metadata as it is
+    txn.set_properties({"twopc.test": "1"})
+    assert txn.table_metadata.properties["twopc.test"] == "1"
+    assert txn.table_metadata is txn.table_metadata
+    assert len(computed) == 1
+    txn.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    txn.commit_transaction()
+    landed = catalog.load_table("db.events")
+    assert landed.properties["twopc.test"] == "1"
+    assert "commit.retry.num-retries" not in landed.properties
+    assert landed.scan().to_arrow().num_rows == 2
+    assert len(landed.metadata.snapshots) == 1
