@@ -177,10 +177,12 @@ class SparkEngine(BatchEngine):
         """The stages of phase 1's jobs, read once after its action (see :meth:`_phase1_stages`)."""
 
     def partition_count(self) -> int | None:
-        """Partitions phase 1 will run, known before anything runs: the physical plan's
-        output partitioning (before adaptive execution coalesces: an upper bound), or, for a
-        plan without a shuffle (a scan), its RDD's partitions, which costs no job. ``None``
-        where neither can be read without running a job."""
+        """Partitions phase 1 will run, known before anything runs: for a frame that is an
+        RDD already (classic ``foreachBatch``'s, passed on as it came) that RDD's
+        partitions, without planning; else the physical plan's output partitioning (before
+        adaptive execution coalesces: an upper bound), or, for a plan without a shuffle (a
+        scan), its RDD's partitions, which costs no job. ``None`` where none of these can
+        be read without running a job."""
         try:
             execution = self._df._jdf.queryExecution()
             count = _rdd_partitions(execution.logical())
