@@ -259,23 +259,13 @@ def time_transform(transform: Transform[Any, Any], source: IcebergType, value: s
 
 def spark_options(properties: Mapping[str, str]) -> dict[str, str]:
     """Options of Spark's Parquet writer from the table's ``write.parquet.*`` properties,
-    with Iceberg's defaults (zstd)."""
+    with Iceberg's defaults (zstd). The engine adds the committer's and the local
+    filesystem's settings for a run's own location (``twopc._engines.run_location``)."""
     codec = properties.get("write.parquet.compression-codec", "zstd").lower()
     options = {
         "compression": "none" if codec == "uncompressed" else codec,
         # a fresh directory of the run's own: no other overwrite semantics apply
         "partitionOverwriteMode": "static",
-        # Nothing reads the run's directory before the job succeeded, and a failed job's
-        # directory is removed whole: the committer's second rename (algorithm 1) and its
-        # _SUCCESS file buy nothing here, and cost about a tenth of the job (measured)
-        "mapreduce.fileoutputcommitter.algorithm.version": "2",
-        "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-        # Hadoop's local filesystem writes a checksum file (.crc) next to each data file,
-        # computed over every byte; the data files leave the job's directory without them
-        # and nothing reads them, so the job writes through the raw local filesystem (an
-        # instance of its own: Hadoop caches one filesystem per scheme otherwise)
-        "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-        "fs.file.impl.disable.cache": "true",
     }
     sizes = {
         "parquet.block.size": "write.parquet.row-group-size-bytes",

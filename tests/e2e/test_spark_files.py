@@ -161,3 +161,32 @@ def test_rejects_direct_calls_outside_a_streaming_query(spark: Any, tmp_path: Pa
     with pytest.raises(twopc.ConfigurationError, match="foreachBatch"):
         twopc.foreach_batch(sink, "orders")(spark.range(3), 0)
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+class _JobListingSink(FilesSink):
+    """Lists what Spark's write job left in the run's location before staging it."""
+
+    job_files: list[list[str]]
+
+    def spark_written(self, ctx: twopc.TaskContext, write: twopc.SparkWrite) -> Any:
+        location = Path(write.path.removeprefix("file://"))
+        found = sorted(str(p.relative_to(location)) for p in location.rglob("*") if p.is_file())
+        self.job_files.append(found)
+        return super().spark_written(ctx, write)
+
+
+def test_sparks_job_leaves_only_data_files_in_the_run_location(spark: Any, tmp_path: Path) -> None:
+    """The engine's settings for a run's own location: the committer moves each task's files
+    once (algorithm 2) and writes no ``_SUCCESS``, the raw local filesystem no ``.crc``."""
+    expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=100)
+    sink = _JobListingSink(str(tmp_path / "out"), partition_by=["customer"], write_path="spark")
+    sink.job_files = []
+    run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", twopc.foreach_batch(sink, "orders"))
+
+    assert len(sink.job_files) == 2
+    for names in sink.job_files:
+        assert names and all(
+            n.startswith("customer=") and n.endswith(".snappy.parquet") for n in names
+        ), names
+    assert_exactly_once(read_ids(tmp_path / "out"), expected)
+    assert _spark_ids(spark, tmp_path / "out") == (200, 200)

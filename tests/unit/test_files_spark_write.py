@@ -136,6 +136,22 @@ def test_options_for_sparks_writer(
     assert dict(write.options) == {"partitionOverwriteMode": "static", **expected}
 
 
+def test_run_locations_get_the_committer_settings_and_local_ones_the_raw_filesystem() -> None:
+    from twopc._engines.run_location import run_location_options
+
+    committer = {
+        "mapreduce.fileoutputcommitter.algorithm.version": "2",
+        "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    }
+    assert run_location_options("hdfs://nn/out/_spark/run") == committer
+    assert run_location_options("s3a://bucket/out/_spark/run") == committer
+    assert run_location_options("file:///data/out/_spark/run") == {
+        **committer,
+        "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "fs.file.impl.disable.cache": "true",
+    }
+
+
 def test_write_options_without_a_counterpart_stay_on_the_python_path() -> None:
     assert translate_write_options("parquet", {"compression": "lz4", "row_group_size": 5}) == (
         {},

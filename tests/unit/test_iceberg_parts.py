@@ -144,10 +144,6 @@ def test_spark_writes_flat_types_with_the_table_s_settings() -> None:
     assert spark_options({}) == {
         "compression": "zstd",
         "partitionOverwriteMode": "static",
-        "mapreduce.fileoutputcommitter.algorithm.version": "2",
-        "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-        "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-        "fs.file.impl.disable.cache": "true",
     }
     options = spark_options(
         {

@@ -24,7 +24,10 @@ class SparkWrite:
 
     ``path`` is a URI Spark's (Hadoop's) filesystems resolve (``file:///...``,
     ``hdfs://...``): a location of this run alone, hidden from readers, that the sink's
-    :meth:`~Sink.sweep` removes when no prepared work came of it.
+    :meth:`~Sink.sweep` removes when no prepared work came of it. Because it is, the engine
+    writes it with the output committer's algorithm 2 and no ``_SUCCESS`` file, and a
+    ``file:`` location through Hadoop's raw local filesystem (no ``.crc`` files); keys of
+    ``options`` override these.
     """
 
     format: str

@@ -19,6 +19,7 @@ from twopc._contract.retry import wait_until
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc._engines.run_location import run_location_options
 from twopc.errors import PermanentSinkError, SinkError
 from twopc.protocol import SparkWrite, TaskContext, WritesWithSpark
 
@@ -402,8 +403,7 @@ class SparkEngine(BatchEngine):
                 # cannot take is refused like the writer's own refusals
                 frame = self._df.selectExpr(*write.select) if self._projects(write) else self._df
                 writer = frame.write.format(write.format).mode("overwrite")
-                if write.options:
-                    writer = writer.options(**write.options)
+                writer = writer.options(**{**run_location_options(write.path), **write.options})
                 if write.partition_by:
                     writer = writer.partitionBy(*write.partition_by)
                 writer.save(write.path)
