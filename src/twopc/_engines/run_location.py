@@ -5,7 +5,7 @@ swept whole. A sink's own options override them."""
 
 from __future__ import annotations
 
-__all__ = ["RUN_LOCATION_OPTIONS", "run_location_options"]
+__all__ = ["LOCAL_OPTIONS", "RUN_LOCATION_OPTIONS", "run_location_options"]
 
 RUN_LOCATION_OPTIONS: dict[str, str] = {
     # Algorithm 2 moves a task's files into the location when the task commits, instead of
