@@ -25,6 +25,7 @@ from tests.chaos.runner import Runner, RunResult
 from tests.chaos.scenario import (
     ALL_GROUP_MODES,
     MODES,
+    OPT_IN_MODES,
     TARGETS,
     NoScenario,
     Options,
@@ -36,7 +37,8 @@ from tests.harness.services import Services
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    backends = [*MODES, *(f"{b}:{m}" for b, modes in MODES.items() for m in modes), "group"]
+    modes = {b: (*m, *OPT_IN_MODES.get(b, ())) for b, m in MODES.items()}
+    backends = [*MODES, *(f"{b}:{m}" for b, ms in modes.items() for m in ms), "group"]
     backends += [f"group:{m}" for m in ALL_GROUP_MODES]
     parser = argparse.ArgumentParser(
         prog="scripts/chaos", description="Randomized crash campaign over every backend."

@@ -25,13 +25,19 @@ MODES: dict[str, tuple[str, ...]] = {
     # an Iceberg table, its catalog on SQLite (the embedded default) or on PostgreSQL
     "iceberg": ("sqlite", "postgres"),
 }
+OPT_IN_MODES: dict[str, tuple[str, ...]] = {
+    # an Iceberg table whose catalog is the REST catalog of scripts/services (its service
+    # the REST server): drawn only when named (--backend iceberg:rest), so that every seed's
+    # scenario without it stays as it was
+    "iceberg": ("rest",),
+}
 SERVICE: dict[str, str | None] = {
     "files": None,
     "s3": "s3",
     "postgres": "postgres",
     "mysql": "mariadb",
     "kafka": "kafka",
-    "iceberg": None,  # mode postgres: the catalog's database (service_of)
+    "iceberg": None,  # modes postgres and rest: the catalog's service (service_of)
 }
 TARGETS = ("driver", "worker", "executor", "service")
 
@@ -51,7 +57,7 @@ LOCAL_WEIGHTS: dict[str, dict[str, float]] = {
     "postgres": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "mysql": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "kafka": {"driver": 0.45, "worker": 0.45, "service": 0.1},
-    "iceberg": {"driver": 0.35, "worker": 0.35, "service": 0.3},  # service: postgres mode only
+    "iceberg": {"driver": 0.35, "worker": 0.35, "service": 0.3},  # service: not on SQLite
 }
 # Kafka runs cost ~3x a database run (a transactional producer per task), so each Kafka
 # mode is drawn a little less often than the others.
@@ -165,6 +171,7 @@ class Options:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
         if not self.backends:
             return every
+        every += [(b, m) for b, modes in OPT_IN_MODES.items() for m in modes]
         backends = [b for b in self.backends if not b.startswith("group")]
         if self.groups_only():
             # the groups' first members
@@ -395,11 +402,12 @@ def _lost_log(backend: str) -> str:
 
 def service_of(backend: str, mode: str) -> str | None:
     """The service a backend depends on; a group's is its first member's; an Iceberg
-    table's, its catalog's database (mode ``postgres``)."""
+    table's, its catalog's (its database in mode ``postgres``, the REST server in mode
+    ``rest``)."""
     if backend == "group":
         return SERVICE[mode.split("+", maxsplit=1)[0]]
     if backend == "iceberg":
-        return "postgres" if mode == "postgres" else None
+        return {"postgres": "postgres", "rest": "iceberg-rest"}.get(mode)
     return SERVICE[backend]
 
 
@@ -510,7 +518,7 @@ def _weights(
     iceberg_write_path: str = "python",
 ) -> dict[str, float]:
     table = SPARK_WEIGHTS if spark else LOCAL_WEIGHTS[backend]
-    if backend == "iceberg" and mode != "postgres":
+    if backend == "iceberg" and mode == "sqlite":
         table = {t: w for t, w in table.items() if t != "service"}  # SQLite: no service
     if backend == "iceberg" and spark and iceberg_write_path == "spark":
         table = {t: w for t, w in table.items() if t != "worker"}  # Spark's writer: no worker

@@ -147,6 +147,21 @@ def test_iceberg_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_
     assert not any(s.fault and s.fault.startswith("between_commits") for s in only)
 
 
+def test_the_rest_catalog_is_drawn_only_when_named() -> None:
+    """``iceberg:rest`` (the REST catalog of scripts/services) joined after seeds were
+    recorded: no draw without it names it, so every seed keeps its scenario; named, it is
+    all that is drawn, and its service (what a ``service`` run kills) is the REST server."""
+    from tests.chaos.campaign import parse_args
+
+    assert all(draw(seed, Options()).mode != "rest" for seed in range(300))
+    assert all(draw(seed, Options(backends=("iceberg",))).mode != "rest" for seed in range(300))
+    only = [draw(seed, Options(backends=("iceberg:rest",))) for seed in range(300)]
+    assert {(s.backend, s.mode) for s in only} == {("iceberg", "rest")}
+    assert {s.own_service for s in only} == {"iceberg-rest"}
+    assert {s.service for s in only if s.target == "service"} == {"iceberg-rest"}
+    assert parse_args(["--backend", "iceberg:rest"]).backend == ["iceberg:rest"]
+
+
 def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_seed_as_it_was() -> (
     None
 ):
