@@ -16,8 +16,10 @@ never parsed from Spark's directory names; string copies are prefixed so that an
 string and a null land in different directories (Spark writes both as its default
 partition). For ``year``, ``month``, ``day`` and ``hour`` the hidden column is the
 transform's integer, computed in Spark SQL without the session's time zone, and read back
-from the directory name. ``bucket`` and ``truncate`` stay with the Python path (Spark has no
-function for Iceberg's bucket hash).
+from the directory name; so is ``truncate`` of an int or long column (the value minus its
+non-negative remainder by the width, as Iceberg defines it). ``bucket`` and the other
+``truncate`` sources stay with the Python path (Spark has no function for Iceberg's bucket
+hash).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pyiceberg.transforms import (
     IdentityTransform,
     MonthTransform,
     Transform,
+    TruncateTransform,
     YearTransform,
 )
 from pyiceberg.types import (
@@ -118,6 +121,8 @@ _IDENTITY_TYPES = (BooleanType, IntegerType, LongType, StringType, DateType)
 
 _TIME_TRANSFORMS = (YearTransform, MonthTransform, DayTransform, HourTransform)
 _TIME_TYPES = (DateType, TimestampType, TimestamptzType)
+_TRUNCATE_TYPES = (IntegerType, LongType)
+"""Source types of ``truncate`` partitions that Spark SQL computes as Iceberg does."""
 
 _DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Spark's directory name for a null partition value."""
@@ -149,10 +154,18 @@ def table_refusals(table: Table) -> list[str]:
         if isinstance(spec_field.transform, _TIME_TRANSFORMS):
             if not isinstance(source.field_type, _TIME_TYPES):
                 reasons.append(f"partition field {spec_field.name!r} reads a {source.field_type}")
+        elif isinstance(spec_field.transform, TruncateTransform):
+            if not isinstance(source.field_type, _TRUNCATE_TYPES):
+                reasons.append(
+                    f"partition field {spec_field.name!r} is {spec_field.transform}"
+                    f"({source.name}) of a {source.field_type} column (Spark's writer "
+                    "truncates int and long columns)"
+                )
         elif not isinstance(spec_field.transform, IdentityTransform):
             reasons.append(
                 f"partition field {spec_field.name!r} is {spec_field.transform}({source.name}) "
-                "(Spark's writer writes identity, year, month, day and hour partitions)"
+                "(Spark's writer writes identity, year, month, day, hour and truncate "
+                "partitions)"
             )
         elif not isinstance(source.field_type, _IDENTITY_TYPES):
             reasons.append(
@@ -196,6 +209,8 @@ def projection(
         value = f"CAST({_quoted(source.name)} AS {spark_type(source.field_type)})"
         if isinstance(spec_field.transform, _TIME_TRANSFORMS):
             value = time_transform(spec_field.transform, source.field_type, value)
+        elif isinstance(spec_field.transform, TruncateTransform):
+            value = truncate_expression(spec_field.transform.width, source.field_type, value)
         elif isinstance(source.field_type, StringType):
             value = f"concat('{_STRING_MARK}', {value})"
         select.append(f"{value} AS {_quoted(hidden)}")
@@ -230,6 +245,14 @@ def identity_dtypes(
 def _floor_div(value: str, divisor: int) -> str:
     """Integer floor division in Spark SQL (``div`` truncates toward zero)."""
     return f"(({value}) - pmod({value}, {divisor})) div {divisor}"
+
+
+def truncate_expression(width: int, source: IcebergType, value: str) -> str:
+    """A Spark SQL expression of Iceberg's ``truncate(width)`` of an int or long ``value``:
+    the value minus its remainder by ``width`` taken non-negative (``pmod``), so that -1
+    truncates to -width, as Iceberg defines it. A value within ``width`` of the type's
+    least value has no truncation in the type: the ANSI arithmetic fails the batch."""
+    return f"CAST(({value}) - pmod({value}, {width}) AS {spark_type(source)})"
 
 
 def time_transform(transform: Transform[Any, Any], source: IcebergType, value: str) -> str:
@@ -327,14 +350,15 @@ def partition_key_of(
     """The partition of a file Spark wrote (``None`` for an unpartitioned table): an
     identity field's value from the footer's statistics, where every row holds the same
     value (raises :class:`~twopc.SinkError` when the file holds more than one); a time
-    field's from the directory of its hidden column (an integer)."""
+    field's or an integer ``truncate``'s from the directory of its hidden column (an
+    integer)."""
     spec, schema = table.spec(), table.schema()
     if spec.is_unpartitioned():
         return None
     values = []
     for index, spec_field in enumerate(spec.fields):
         source = schema.find_field(spec_field.source_id)
-        if isinstance(spec_field.transform, _TIME_TRANSFORMS):
+        if isinstance(spec_field.transform, (*_TIME_TRANSFORMS, TruncateTransform)):
             found = job_file.directories.get(PARTITION_COLUMN.format(index))
             value: Any = None if found is None else int(found)
         else:

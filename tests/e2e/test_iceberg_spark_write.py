@@ -398,6 +398,46 @@ def test_time_partitions_hold_the_rows_iceberg_puts_there(
     assert _unreferenced(sink) == []
 
 
+def test_truncate_partitions_of_numbers_hold_the_rows_iceberg_puts_there(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``truncate`` of a long and an int column computed in Spark SQL: every row of each
+    data file has the file's partition value under pyiceberg's own transform, negative
+    values (-1 truncates to -width) and nulls included."""
+    sink = _table(tmp_path / "wh", partition_by=["truncate(10, id)", "truncate(3, small)"])
+    assert sink.spark_write_refusal() is None
+    frame = spark.sql(
+        """
+        SELECT id - 60 AS id,
+               CASE WHEN id % 9 = 0 THEN NULL ELSE CAST(id * 7 - 400 AS INT) END AS small
+        FROM range(120)
+        """
+    ).repartition(2)
+    metrics = twopc.write_batch(
+        frame, sink, "spark-truncate", write_id="w1", commit_log=str(tmp_path / "log")
+    )
+    assert metrics.status == "committed" and metrics.rows == 120
+    table = sink.load_table()
+    assert table is not None
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(-60, 60))
+    spec, schema = table.spec(), table.schema()
+    files = table.inspect.files().to_pylist()
+    assert len(files) >= 12
+    seen = set()
+    for entry in files:
+        rows = pq.read_table(entry["file_path"].removeprefix("file://"))
+        for spec_field in spec.fields:
+            source = schema.find_field(spec_field.source_id)
+            transform = spec_field.transform.pyarrow_transform(source.field_type)
+            values = transform(rows.column(source.name)).to_pylist()
+            wanted = entry["partition"][spec_field.name]
+            assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
+            seen.add((spec_field.name, wanted))
+    assert ("id_truncate_10", -60) in seen and ("id_truncate_10", -10) in seen
+    assert ("small_truncate_3", None) in seen
+    assert _unreferenced(sink) == []
+
+
 @pytest.mark.slow
 @pytest.mark.extended
 @pytest.mark.integration

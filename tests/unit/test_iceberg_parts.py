@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import decimal
 import uuid
+from typing import Any
 
 import pytest
 
@@ -269,3 +270,43 @@ def test_a_batch_transaction_works_its_view_out_once_per_change(
     assert "commit.retry.num-retries" not in landed.properties
     assert landed.scan().to_arrow().num_rows == 2
     assert len(landed.metadata.snapshots) == 1
+
+
+def test_truncate_of_int_and_long_is_computed_in_spark_sql_and_of_strings_refused() -> None:
+    from types import SimpleNamespace
+
+    from pyiceberg.partitioning import PartitionField as SpecField
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import TruncateTransform
+    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+    from twopc_iceberg._spark_write import projection, table_refusals
+
+    schema = Schema(
+        NestedField(1, "id", LongType()),
+        NestedField(2, "small", IntegerType()),
+        NestedField(3, "name", StringType()),
+    )
+
+    def table(*fields: SpecField) -> Any:
+        return SimpleNamespace(schema=lambda: schema, spec=lambda: PartitionSpec(*fields))
+
+    numbers = table(
+        SpecField(1, 1000, TruncateTransform(10), "id_trunc"),
+        SpecField(2, 1001, TruncateTransform(3), "small_trunc"),
+    )
+    assert table_refusals(numbers) == []
+    select, partition_by = projection(numbers, ["id", "small"], "db.t")
+    assert partition_by == ("__twopc_partition_0", "__twopc_partition_1")
+    assert select[-2:] == (
+        "CAST((CAST(`id` AS BIGINT)) - pmod(CAST(`id` AS BIGINT), 10) AS BIGINT)"
+        " AS `__twopc_partition_0`",
+        "CAST((CAST(`small` AS INT)) - pmod(CAST(`small` AS INT), 3) AS INT)"
+        " AS `__twopc_partition_1`",
+    )
+    strings = table(SpecField(3, 1000, TruncateTransform(4), "name_trunc"))
+    assert table_refusals(strings) == [
+        "partition field 'name_trunc' is truncate[4](name) of a string column "
+        "(Spark's writer truncates int and long columns)"
+    ]
