@@ -339,6 +339,25 @@ def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> No
     assert "schema.name-mapping.default" in table.properties  # Spark's files were committed
 
 
+def _files_hold_their_partitions(table: Any) -> set[tuple[str, Any]]:
+    """Assert that every row of each data file has the file's partition value under
+    pyiceberg's own transform; the (partition field, value) pairs the files hold."""
+    spec, schema = table.spec(), table.schema()
+    seen = set()
+    for entry in table.inspect.files().to_pylist():
+        rows = pq.read_table(entry["file_path"].removeprefix("file://"))
+        for spec_field in spec.fields:
+            source = schema.find_field(spec_field.source_id)
+            transform = spec_field.transform.pyarrow_transform(source.field_type)
+            values = transform(rows.column(source.name)).to_pylist()
+            wanted = entry["partition"][spec_field.name]
+            if isinstance(wanted, datetime.date):  # a day partition reads back as a date
+                wanted = (wanted - datetime.date(1970, 1, 1)).days
+            assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
+            seen.add((spec_field.name, wanted))
+    return seen
+
+
 @pytest.mark.parametrize(
     "partition_by",
     [
@@ -382,19 +401,8 @@ def test_time_partitions_hold_the_rows_iceberg_puts_there(
     table = sink.load_table()
     assert table is not None
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(120))
-    spec, schema = table.spec(), table.schema()
-    files = table.inspect.files().to_pylist()
-    assert len(files) > 2
-    for entry in files:
-        rows = pq.read_table(entry["file_path"].removeprefix("file://"))
-        for spec_field in spec.fields:
-            source = schema.find_field(spec_field.source_id)
-            transform = spec_field.transform.pyarrow_transform(source.field_type)
-            values = transform(rows.column(source.name)).to_pylist()
-            wanted = entry["partition"][spec_field.name]
-            if isinstance(wanted, datetime.date):  # a day partition reads back as a date
-                wanted = (wanted - datetime.date(1970, 1, 1)).days
-            assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
+    assert len(table.inspect.files()) > 2
+    _files_hold_their_partitions(table)
     assert _unreferenced(sink) == []
 
 
@@ -420,19 +428,8 @@ def test_truncate_partitions_of_numbers_hold_the_rows_iceberg_puts_there(
     table = sink.load_table()
     assert table is not None
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(-60, 60))
-    spec, schema = table.spec(), table.schema()
-    files = table.inspect.files().to_pylist()
-    assert len(files) >= 12
-    seen = set()
-    for entry in files:
-        rows = pq.read_table(entry["file_path"].removeprefix("file://"))
-        for spec_field in spec.fields:
-            source = schema.find_field(spec_field.source_id)
-            transform = spec_field.transform.pyarrow_transform(source.field_type)
-            values = transform(rows.column(source.name)).to_pylist()
-            wanted = entry["partition"][spec_field.name]
-            assert set(values) == {wanted}, (entry["file_path"], spec_field.name, values)
-            seen.add((spec_field.name, wanted))
+    assert len(table.inspect.files()) >= 12
+    seen = _files_hold_their_partitions(table)
     assert ("id_truncate_10", -60) in seen and ("id_truncate_10", -10) in seen
     assert ("small_truncate_3", None) in seen
     assert _unreferenced(sink) == []
