@@ -123,6 +123,8 @@ _TIME_TRANSFORMS = (YearTransform, MonthTransform, DayTransform, HourTransform)
 _TIME_TYPES = (DateType, TimestampType, TimestamptzType)
 _TRUNCATE_TYPES = (IntegerType, LongType)
 """Source types of ``truncate`` partitions that Spark SQL computes as Iceberg does."""
+_INTEGER_TRANSFORMS = (*_TIME_TRANSFORMS, TruncateTransform)
+"""Transforms whose value the hidden column's directory name gives as an integer."""
 
 _DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Spark's directory name for a null partition value."""
@@ -242,9 +244,15 @@ def identity_dtypes(
     return tuple(dtypes)
 
 
+def _round_down(value: str, divisor: int) -> str:
+    """``value`` rounded down to a multiple of ``divisor`` in Spark SQL (the remainder
+    taken non-negative, ``pmod``, so -1 rounds to -divisor)."""
+    return f"({value}) - pmod({value}, {divisor})"
+
+
 def _floor_div(value: str, divisor: int) -> str:
     """Integer floor division in Spark SQL (``div`` truncates toward zero)."""
-    return f"(({value}) - pmod({value}, {divisor})) div {divisor}"
+    return f"({_round_down(value, divisor)}) div {divisor}"
 
 
 def truncate_expression(width: int, source: IcebergType, value: str) -> str:
@@ -252,7 +260,7 @@ def truncate_expression(width: int, source: IcebergType, value: str) -> str:
     the value minus its remainder by ``width`` taken non-negative (``pmod``), so that -1
     truncates to -width, as Iceberg defines it. A value within ``width`` of the type's
     least value has no truncation in the type: the ANSI arithmetic fails the batch."""
-    return f"CAST(({value}) - pmod({value}, {width}) AS {spark_type(source)})"
+    return f"CAST({_round_down(value, width)} AS {spark_type(source)})"
 
 
 def time_transform(transform: Transform[Any, Any], source: IcebergType, value: str) -> str:
@@ -358,7 +366,7 @@ def partition_key_of(
     values = []
     for index, spec_field in enumerate(spec.fields):
         source = schema.find_field(spec_field.source_id)
-        if isinstance(spec_field.transform, (*_TIME_TRANSFORMS, TruncateTransform)):
+        if isinstance(spec_field.transform, _INTEGER_TRANSFORMS):
             found = job_file.directories.get(PARTITION_COLUMN.format(index))
             value: Any = None if found is None else int(found)
         else:
