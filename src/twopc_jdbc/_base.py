@@ -294,6 +294,9 @@ class SqlTransaction:
     keeps_offsets: bool = False
     """Whether the marker table has the offset columns (one of an earlier version gains
     them on first use, when the sink's user may alter it)."""
+    unanswered: str = ""
+    """Why this transaction's COMMIT got no answer (``transaction`` mode): its connection
+    is gone, so a retried commit asks the marker row instead of committing again."""
 
     @property
     def marker(self) -> MarkerKey:
@@ -866,14 +869,52 @@ class SqlSink(
         """``transaction`` mode: commit the task's transaction (rows and marker row)."""
         if txn.skip:
             return CommitOutcome.ALREADY_COMMITTED
-        try:
-            txn.conn.commit()
-        except Exception as exc:
-            raise self._commit_error(exc) from exc
-        finally:
-            _close_quietly(txn.conn)
+        if not txn.unanswered:
+            try:
+                txn.conn.commit()
+            except Exception as exc:
+                error = self._commit_error(exc)
+                if not error.retryable:
+                    raise error from exc
+                txn.unanswered = error.cause_message  # a lost connection or a timeout
+            finally:
+                _close_quietly(txn.conn)
+        if txn.unanswered and not self._commit_landed(txn):
+            raise TransientSinkError(
+                f"{txn.unanswered}; no marker row shows the transaction committed (yet): "
+                "a rerun of the task skips the partition if it did, and writes it again if "
+                "it did not"
+            )
         self._discard(txn.ctx)
         return CommitOutcome.COMMITTED
+
+    def _commit_landed(self, txn: SqlTransaction) -> bool:
+        """Whether a COMMIT whose answer was lost took effect: the marker row committed in
+        the same transaction tells. Raises a retryable error while the database cannot
+        be asked, so the task's commit retries ask again."""
+        try:
+            conn = self.connect(autocommit=True)
+            try:
+                found = self.marker_exists(conn, txn.marker)
+            finally:
+                _close_quietly(conn)
+        except Exception as exc:
+            scrub(exc, self.settings.secrets())
+            cause = exc.cause_message if isinstance(exc, SinkError) else _described(exc)
+            raise TransientSinkError(
+                f"{txn.unanswered}; whether it committed is unknown, the marker row cannot "
+                f"be read: {cause}"
+            ) from exc
+        if found:
+            _log.warning(
+                "sink %r batch %d partition %d: the answer to COMMIT was lost (%s); its "
+                "marker row shows the transaction committed",
+                txn.ctx.sink_id,
+                txn.ctx.batch_id,
+                txn.ctx.partition,
+                txn.unanswered,
+            )
+        return found
 
     def _committed_by_another_attempt(self, txn: SqlTransaction) -> bool:
         """Whether the marker insert failed because another attempt of the same task (a
@@ -956,7 +997,7 @@ class SqlSink(
         if kind is not TransientSinkError:
             kind = CommitError
         scrub(exc, self.settings.secrets())
-        return kind(f"commit failed: {type(exc).__name__}: {str(exc).strip()}")
+        return kind(f"commit failed: {_described(exc)}")
 
     def _committed_in_its_task(self, c: Committable) -> CommitOutcome:
         if self._has_marker(c):
@@ -1169,6 +1210,10 @@ def _timeout_hint(clash: Sequence[str]) -> str:
     if any("timeout" in name for name in clash):
         return " (set connect_timeout_seconds= / read_timeout_seconds= instead)"
     return ""
+
+
+def _described(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip()}"
 
 
 def _close_quietly(conn: Any) -> None:

@@ -290,6 +290,41 @@ def test_database_stalled(
         database.drop(table)
 
 
+ANSWER_LOST_TIMEOUT = 1.5  # the sink's read and connect timeouts
+ANSWER_LOST_STALL = 4.0  # the COMMIT's answer is lost, and the first look at the marker too
+# commit retries that outlast the stall: each waits a connect timeout while it is stopped
+PATIENT = twopc.RetryPolicy(max_attempts=8, initial_backoff_seconds=0.5, max_backoff_seconds=1)
+
+
+def test_commit_whose_answer_is_lost(
+    database: Database, services: ServiceControl, tmp_path: Path
+) -> None:
+    """``transaction`` mode: the database stops after the task sent COMMIT and stays
+    stopped past the read timeout, so the client gives up on the answer and its connection.
+    The commit retries cannot commit on that connection again: they ask the marker row,
+    committed with the rows, once the database answers, and the batch completes once."""
+    table = f"stall_{uuid.uuid4().hex[:10]}"
+    sink_id = f"stall-{uuid.uuid4().hex[:8]}"
+    service = _service(database)
+    database.create(table)
+    try:
+        sink = _sql_sink(database, table, "transaction", ANSWER_LOST_TIMEOUT)
+        plan = StallAt(
+            once=str(tmp_path / "stalled"),
+            point=CrashPoint.BEFORE_TASK_COMMIT,
+            service=service,
+            batch_id=STALL_BATCH,
+        )
+        writer = foreach_batch(
+            sink, sink_id, commit_log=str(tmp_path / "log"), faults=plan, retry=PATIENT
+        )
+        with Stall(services, service, ANSWER_LOST_STALL):
+            LocalStream(str(tmp_path / "chk"), _batches()).run(writer)
+        assert_exactly_once(database.ids(table), EXPECTED)
+    finally:
+        database.drop(table)
+
+
 # -- what the operator sees --------------------------------------------------------------------
 
 
