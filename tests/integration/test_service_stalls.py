@@ -189,7 +189,10 @@ def test_kafka_broker_stalled(
 
 # -- PostgreSQL and MariaDB ------------------------------------------------------------------
 
-SQL_SHORT = 1.5  # below the sink's timeouts (5 s)
+SQL_SHORT = 1.5  # far below the sink's timeouts for short stalls
+# Short stalls must end well inside the timeouts on a loaded 2-core CI machine too (a
+# 5 s read timeout was crossed there once, at the task's COMMIT).
+SQL_SHORT_TIMEOUT = 15.0
 SQL_LONG = 10.0  # above the whole retry budget of a run: 2 attempts of a 2 s timeout each
 SQL_LONG_TWICE = 14.0  # the decision case: the first restart's recovery must fail too
 
@@ -245,7 +248,7 @@ def test_database_stalled(
     service = _service(database)
     database.create(table)
     try:
-        sink = _sql_sink(database, table, mode, 2.0 if long else 5.0)
+        sink = _sql_sink(database, table, mode, 2.0 if long else SQL_SHORT_TIMEOUT)
         stream = LocalStream(str(tmp_path / "chk"), _batches())
         plan = StallAt(
             once=str(tmp_path / "stalled"), point=point, service=service, batch_id=STALL_BATCH
