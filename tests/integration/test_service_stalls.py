@@ -318,8 +318,11 @@ def test_commit_whose_answer_is_lost(
             service=service,
             batch_id=STALL_BATCH,
         )
+        # tasks inline, one after the other: the stall meets partition 0's COMMIT only,
+        # not another task's statements (their read timeout is as short)
+        log = str(tmp_path / "log")
         writer = foreach_batch(
-            sink, sink_id, commit_log=str(tmp_path / "log"), faults=plan, retry=PATIENT
+            sink, sink_id, commit_log=log, faults=plan, retry=PATIENT, processes=False
         )
         with Stall(services, service, ANSWER_LOST_STALL):
             LocalStream(str(tmp_path / "chk"), _batches()).run(writer)
