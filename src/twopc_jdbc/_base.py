@@ -169,6 +169,11 @@ class MarkerKey:
     batch_id: int
     partition: int
 
+    @classmethod
+    def of(cls, owner: TaskContext | Committable) -> MarkerKey:
+        """The marker row's key of a task, or of the committable it prepared."""
+        return cls(owner.sink_id, owner.query_id, owner.batch_id, owner.partition)
+
 
 @dataclass(frozen=True)
 class TransactionId:
@@ -300,7 +305,7 @@ class SqlTransaction:
 
     @property
     def marker(self) -> MarkerKey:
-        return MarkerKey(self.ctx.sink_id, self.ctx.query_id, self.ctx.batch_id, self.ctx.partition)
+        return MarkerKey.of(self.ctx)
 
 
 class SqlSink(
@@ -620,7 +625,7 @@ class SqlSink(
     def _error(self, exc: Exception, what: str) -> SinkError:
         kind = self.classify(exc)
         scrub(exc, self.settings.secrets())
-        return kind(f"{what}: {type(exc).__name__}: {str(exc).strip()}")
+        return kind(f"{what}: {_described(exc)}")
 
     @masked
     def begin_transaction(self, ctx: TaskContext) -> SqlTransaction:
@@ -637,9 +642,7 @@ class SqlSink(
             # decision the commit log no longer has (the log was lost, or an operator
             # removed a decision whose other branches were gone), or the driver committed
             # another attempt's branch while this one waited: write it only once.
-            skip = self.marker_exists(
-                conn, MarkerKey(ctx.sink_id, ctx.query_id, ctx.batch_id, ctx.partition)
-            )
+            skip = self.marker_exists(conn, MarkerKey.of(ctx))
             self.begin(conn, None if skip else xid)
         except Exception as exc:
             _close_quietly(conn)
@@ -893,11 +896,7 @@ class SqlSink(
         the same transaction tells. Raises a retryable error while the database cannot
         be asked, so the task's commit retries ask again."""
         try:
-            conn = self.connect(autocommit=True)
-            try:
-                found = self.marker_exists(conn, txn.marker)
-            finally:
-                _close_quietly(conn)
+            found = self._has_marker(txn.marker)
         except Exception as exc:
             scrub(exc, self.settings.secrets())
             cause = exc.cause_message if isinstance(exc, SinkError) else _described(exc)
@@ -925,15 +924,9 @@ class SqlSink(
         with contextlib.suppress(Exception):
             self.rollback(txn)
         try:
-            conn = self.connect(autocommit=True)
+            found = self._has_marker(txn.marker)
         except Exception:
             return False
-        try:
-            found = self.marker_exists(conn, txn.marker)
-        except Exception:
-            return False
-        finally:
-            _close_quietly(conn)
         if found:
             _log.warning(
                 "sink %r batch %d partition %d attempt %d: another attempt committed the "
@@ -1000,7 +993,7 @@ class SqlSink(
         return kind(f"commit failed: {_described(exc)}")
 
     def _committed_in_its_task(self, c: Committable) -> CommitOutcome:
-        if self._has_marker(c):
+        if self._has_marker(MarkerKey.of(c)):
             return CommitOutcome.ALREADY_COMMITTED
         raise CommitError(
             "the task prepared nothing, and no marker row shows the partition committed: "
@@ -1008,12 +1001,11 @@ class SqlSink(
             "again when the task or the batch is rerun"
         )
 
-    def _has_marker(self, c: Committable) -> bool:
+    def _has_marker(self, key: MarkerKey) -> bool:
+        """Whether the marker row ``key`` is committed, asked on a connection of its own."""
         conn = self.connect(autocommit=True)
         try:
-            return self.marker_exists(
-                conn, MarkerKey(c.sink_id, c.query_id, c.batch_id, c.partition)
-            )
+            return self.marker_exists(conn, key)
         finally:
             _close_quietly(conn)
 
@@ -1022,7 +1014,7 @@ class SqlSink(
         by another attempt of the same task that prepared the same partition (a copy that
         rolled the decided attempt back: commit that one instead, so the partition still
         commits exactly once), or lost."""
-        if self._has_marker(c):
+        if self._has_marker(MarkerKey.of(c)):
             return CommitOutcome.ALREADY_COMMITTED
         for sibling in self._prepared_siblings(c.sink_id, c):
             other = TransactionId.for_committable(sibling)
