@@ -170,3 +170,47 @@ def test_database_stalled(
         assert db.prepared(sink_id) == []
     finally:
         db.drop(table)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("backend", ["postgres", "mysql"])
+def test_commit_whose_answer_is_lost(
+    spark: Any,
+    request: pytest.FixtureRequest,
+    services: ServiceControl,
+    tmp_path: Path,
+    backend: str,
+) -> None:
+    """``transaction`` mode on real Spark: the database stops after the task sent COMMIT
+    and stays stopped past the read timeout: the query completes and every row is in the
+    table once. One partition: the stall meets that task's COMMIT only. (Spark's task
+    retry alone would also end exactly once here; the local-engine test of the same name
+    in tests/integration/test_service_stalls.py is the one that needs the marker check.)"""
+    dsn = request.getfixturevalue("postgres_dsn" if backend == "postgres" else "mysql_dsn")
+    db = Database(backend, dsn)
+    service = "postgres" if backend == "postgres" else "mariadb"
+    expected = write_orders(tmp_path / "in", batches=2, rows_per_batch=ROWS)
+    table = f"stall_{uuid.uuid4().hex[:10]}"
+    db.query(f"CREATE TABLE {table} (id BIGINT, customer VARCHAR(40), amount DOUBLE PRECISION)")
+    sink_id = f"stall-{uuid.uuid4().hex[:8]}"
+    try:
+        sink = twopc.create_sink(
+            backend,
+            dsn=dsn,
+            table=table,
+            transaction_mode="transaction",
+            connect_timeout_seconds=1.5,
+            read_timeout_seconds=1.5,
+        )
+        plan = StallAt(
+            once=str(tmp_path / "stalled"), point=CrashPoint.BEFORE_TASK_COMMIT, service=service
+        )
+        patient = twopc.RetryPolicy(
+            max_attempts=8, initial_backoff_seconds=0.5, max_backoff_seconds=1
+        )
+        writer = twopc.foreach_batch(sink, sink_id, faults=plan, retry=patient)
+        with Stall(services, service, 4.0):
+            run_orders_stream(spark, tmp_path / "in", tmp_path / "chk", writer, partitions=1)
+        assert_exactly_once(db.ids(table), expected)
+    finally:
+        db.drop(table)
