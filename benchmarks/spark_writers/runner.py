@@ -137,7 +137,7 @@ def run_once(
     target.reset()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    query_id = str(uuid.uuid4()) if side == "twopc" else None
+    query_id = str(uuid.uuid4()) if side.startswith("twopc") else None  # twopc's sides
     writer = target.writer(side, work)
     first = caller(spark, writer, warm.df, 0, query_id)
     seconds = caller(spark, writer, data.df, 1, query_id)

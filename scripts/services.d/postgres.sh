@@ -75,7 +75,7 @@ EOF
     touch "$PG_LOG"
     [[ $EUID -ne 0 ]] || chown "$user" "$PG_LOG"
     run_as "$user" "$PG_BIN/pg_ctl" start -w -t "$START_TIMEOUT" -D "$PG_DATA" -l "$PG_LOG" \
-        -o "-p $POSTGRES_PORT -c listen_addresses=127.0.0.1 -k $sockdir" 9>&- >>"$PG_DIR/pg_ctl.log" 2>&1 ||
+        -o "-p $POSTGRES_PORT -c listen_addresses=127.0.0.1 -k $sockdir -c max_prepared_transactions=${TWOPC_POSTGRES_MAX_PREPARED:-64}" 9>&- >>"$PG_DIR/pg_ctl.log" 2>&1 ||
         { tail_log "$PG_DIR/pg_ctl.log"; tail_log "$PG_LOG"; die "postgres: pg_ctl start failed"; }
 }
 

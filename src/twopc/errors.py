@@ -9,6 +9,7 @@ streaming query names what failed and why::
     │   ├── CheckpointMismatchError   commit log and checkpoint disagree (e.g. reset checkpoint)
     │   ├── ExtraNotInstalledError    a feature's optional extra is missing (pip install hint)
     │   ├── ReplayMismatchError       a partly committed batch replayed in another shape
+    │   ├── TargetLimitError          a batch needs more work at once than the target allows
     │   ├── StartingOffsetsError      the target cannot give a restart position:
     │   │   ├── NoStoredOffsetsError  it holds no source offsets for the sink id
     │   │   ├── UnsafeStartError      a batch is partly committed, or prepared work waits
@@ -57,6 +58,7 @@ __all__ = [
     "ReplayMismatchError",
     "SinkError",
     "StartingOffsetsError",
+    "TargetLimitError",
     "TransientSinkError",
     "TwoPCError",
     "UnsafeStartError",
@@ -153,6 +155,12 @@ class ReplayMismatchError(ConfigurationError):
     """A batch that may be partly committed is replayed in another shape (partition count,
     naming options or input) than its first run, so it can be neither skipped nor
     rewritten partition by partition without duplicating or losing rows."""
+
+
+class TargetLimitError(ConfigurationError):
+    """A batch would hold more work at once than its target allows (prepared transactions,
+    connections: :class:`~twopc.WorkLimit`); refused before phase 1, so nothing of it was
+    written. The message names both numbers and the fixes."""
 
 
 class StartingOffsetsError(ConfigurationError):

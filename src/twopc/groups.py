@@ -203,6 +203,15 @@ class SinkGroup(Sink[None], CommitsOnDriver, TracksWriters):
                 units += [[c] for c in mine]
         return units
 
+    def commits_concurrently(self) -> bool:
+        """Whether every member that commits on the driver commits concurrently (the
+        driver then commits each member's share side by side, member after member)."""
+        return all(
+            m.sink.commits_concurrently()
+            for m in self.members.values()
+            if isinstance(m.sink, CommitsOnDriver)
+        )
+
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         for member, indexed in self._by_member(committables):
             if isinstance(member, CommitsOnDriver):

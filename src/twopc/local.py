@@ -32,6 +32,7 @@ import pyarrow as pa
 from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
+from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
 from twopc._coordination.phase1 import Phase1Task
@@ -100,6 +101,10 @@ class LocalEngine(BatchEngine):
 
     def partition_count(self) -> int:
         return len(self.partitions)
+
+    def task_slots(self) -> int:
+        """Forked tasks all run at once; inline ones one after another."""
+        return len(self.partitions) if self.processes else 1
 
     def partitions_run(self) -> int:
         """Every partition it holds runs, each to one report."""
@@ -246,6 +251,7 @@ def foreach_batch(
     on_metrics: MetricsCallback | None = None,
     max_attempts: int = 1,
     processes: bool = True,
+    commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM,
 ) -> LocalBatchWriter:
     """The local engine's counterpart of :func:`twopc.foreach_batch`.
 
@@ -258,6 +264,7 @@ def foreach_batch(
         retry=retry,
         faults=faults,
         on_metrics=on_metrics,
+        commit_parallelism=commit_parallelism,
     )
     return LocalBatchWriter(sink, sink_id, options, max_attempts=max_attempts, processes=processes)
 

@@ -64,6 +64,8 @@ from twopc._contract.values import (
     TargetMarker,
     TaskContext,
     WorkKind,
+    WorkLimit,
+    WorkTimeout,
 )
 
 __all__ = [
@@ -88,6 +90,8 @@ __all__ = [
     "TaskContext",
     "TracksWriters",
     "WorkKind",
+    "WorkLimit",
+    "WorkTimeout",
     "WriterRecord",
     "WritesWithSpark",
 ]
@@ -172,6 +176,24 @@ class Sink(ABC, Generic[TxnT]):
         """
         return Inspection(notes=(f"the {self.backend_name} sink shows no pending work",))
 
+    def work_limits(self) -> Sequence[WorkLimit]:
+        """The target's limits on work a batch holds at once (prepared transactions,
+        connections), read from the target; the driver checks each batch's planned
+        partition count against them before phase 1 and refuses a batch that cannot fit,
+        with an error naming both numbers and the fixes.
+
+        Called on the driver at a writer's first batch, after a failed batch and every few
+        minutes; a failure to read them is logged and the batch goes on. Default: none.
+        """
+        return ()
+
+    def work_timeout(self) -> WorkTimeout | None:
+        """How old a transaction this sink leaves open may get before the target aborts
+        it (Kafka's ``transaction.timeout.ms``); ``None``: the target aborts none. Asked in
+        the task and on the driver: must not reach the target. The core warns when a
+        batch's work passes 80 % of it before its commit. Default: ``None``."""
+        return None
+
     def default_commit_log(self, sink_id: str) -> str | None:
         """Where the commit log lives when the user does not say (an fsspec URL), or None.
 
@@ -241,6 +263,18 @@ class CommitsOnDriver(ABC):
         the committables a crash left) and stay idempotent per committable.
         """
         return [[committable] for committable in committables]
+
+    def commits_concurrently(self) -> bool:
+        """Optional: whether :meth:`commit` may run in several threads at once, each on
+        other committables of the same batch.
+
+        When it returns ``True``, the driver commits a decided batch's first unit alone
+        (so ``between_commits`` still falls between two commits), then hands the other
+        units to at most ``commit_parallelism`` threads (a writer option, default 8),
+        each thread one :meth:`commit` call over a contiguous share of the units; recovery
+        finishes a decided batch the same way. Default: ``False``, one unit after another.
+        """
+        return False
 
     def batch_committed(self, committables: Sequence[Committable]) -> None:  # noqa: B027
         """Optional: called once every committable of a batch is committed, before the

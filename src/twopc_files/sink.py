@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -115,6 +116,10 @@ COMMIT_METHODS = ("auto", "move", "complete_upload")
 """How the files sink's commit makes files visible (``FilesSink(commit_by=...)``)."""
 
 _log = logging.getLogger("twopc.files")
+
+_RECORD_LOCK = threading.Lock()
+"""Held while a commit merges a schema into the output's record: the driver commits a
+batch's partitions in several threads (read, merge and write must not interleave)."""
 
 _DEFAULT_FILE_SIZE = 128 * 1024 * 1024
 
@@ -726,6 +731,12 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         become visible (idempotent: a repeated commit merges the same schema again)."""
         if not payload.schema or payload.schema in self._recorded:
             return
+        with _RECORD_LOCK:
+            self._merge_into_record(payload)
+
+    def _merge_into_record(self, payload: FilesPayload) -> None:
+        if payload.schema in self._recorded:
+            return  # another thread merged it meanwhile
         try:
             ours = decode(
                 self.fs.cat_file(self._abs(f"{payload.staging}/{SCHEMA_PREFIX}{payload.schema}"))
@@ -877,6 +888,11 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
 
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         return [self._commit_one(c) for c in committables]
+
+    def commits_concurrently(self) -> bool:
+        """Promotions of different committables touch different files; the schema record
+        they share is merged under a lock."""
+        return True
 
     def _commit_one(self, committable: Committable) -> CommitOutcome:
         try:

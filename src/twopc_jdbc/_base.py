@@ -68,6 +68,7 @@ from twopc import (
     TracksWriters,
     TransientSinkError,
     WorkKind,
+    WorkLimit,
     WriterRecord,
 )
 from twopc.retrying import POLLING
@@ -99,6 +100,11 @@ __all__ = [
 ]
 
 _log = logging.getLogger("twopc.jdbc")
+
+_MARKER_TABLES: set[str] = set()
+"""Per process: the sinks whose marker table a task found as this version makes it, so
+that later tasks of the same Python worker skip the catalog queries."""
+
 _MAX_SECONDS = 1e9
 """A bound for timeouts: beyond it a number of seconds is a mistake (and overflows)."""
 _KEYS = "keys"
@@ -541,8 +547,9 @@ class SqlSink(
         staging table lives and dies inside the transaction (Postgres)."""
         return None
 
-    def discard_staging(self, table: TableName) -> None:
-        """Drop a staging table returned by :meth:`staging_table`."""
+    def discard_staging(self, table: TableName, conn: Any = None) -> None:
+        """Drop a staging table returned by :meth:`staging_table` (on ``conn`` when given,
+        an autocommit connection, else on one of its own)."""
 
     def sweep_staging(self, sink_id: str, keep: set[TableName]) -> int:
         """Drop this sink's leftover staging tables except ``keep``; returns how many."""
@@ -555,8 +562,10 @@ class SqlSink(
     def rollback(self, txn: SqlTransaction) -> None: ...
 
     @abstractmethod
-    def commit_prepared(self, xid: TransactionId) -> bool:
-        """Commit a prepared branch; False if the database does not know it."""
+    def commit_prepared(self, xid: TransactionId, conn: Any = None) -> bool:
+        """Commit a prepared branch; False if the database does not know it. On ``conn``
+        when given (an autocommit connection that phase 2 commits several branches on),
+        else on a connection of its own."""
 
     @abstractmethod
     def rollback_prepared(self, xid: TransactionId) -> bool:
@@ -576,8 +585,9 @@ class SqlSink(
         return f"gid '{xid.gid}'"
 
     @abstractmethod
-    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
-        """Prepared branches of this database whose gtrid starts with the sink's prefix."""
+    def prepared_ids(self, sink_id: str, conn: Any = None) -> list[TransactionId]:
+        """Prepared branches of this database whose gtrid starts with the sink's prefix
+        (asked on ``conn``, an autocommit connection, when given)."""
 
     def prepared_ages(self, sink_id: str) -> dict[str, float]:
         """Seconds since each of the sink's branches prepared, by gid, where the database
@@ -620,6 +630,20 @@ class SqlSink(
     def missing_table(self, exc: Exception) -> bool:
         """Whether a driver error says the table (or its schema) does not exist."""
 
+    @abstractmethod
+    def read_limits(self, conn: Any) -> list[WorkLimit]:
+        """The server's limits on what a batch holds at once (see :mod:`._limits`)."""
+
+    @masked
+    def work_limits(self) -> list[WorkLimit]:
+        """Read from the server on a connection of its own: connections (every running
+        task holds one) and, for PostgreSQL ``two_phase``, prepared transactions."""
+        conn = self.connect(autocommit=True)
+        try:
+            return self.read_limits(conn)
+        finally:
+            _close_quietly(conn)
+
     # -- phase 1 --------------------------------------------------------------------------
 
     def _error(self, exc: Exception, what: str) -> SinkError:
@@ -632,7 +656,7 @@ class SqlSink(
         conn = self.connect(autocommit=True)
         xid = TransactionId.for_task(ctx) if self.two_phase else None
         try:
-            keeps_offsets = self.ensure_marker_table(conn)
+            keeps_offsets = self._marker_table_ready(conn)
             if self.two_phase:
                 # held until pre_commit closes the connection: other attempts of this task
                 # can tell this one still runs
@@ -660,6 +684,29 @@ class SqlSink(
             )
         return SqlTransaction(ctx, conn, xid, skip=skip, keeps_offsets=keeps_offsets)
 
+    def _marker_table_ready(self, conn: Any) -> bool:
+        """:meth:`ensure_marker_table` once per process (a Python worker runs many tasks of
+        the same sink), once it found the table as this version makes it: remembered until
+        a task of this sink fails (:meth:`abort` forgets it, so a table dropped meanwhile
+        is created again by the retry). A table without the source offset columns is
+        looked at again by every task, so that the columns an operator adds are used at
+        once."""
+        key = self._process_key
+        if key in _MARKER_TABLES:
+            return True
+        keeps_offsets = self.ensure_marker_table(conn)
+        if keeps_offsets:
+            _MARKER_TABLES.add(key)
+        return keeps_offsets
+
+    @property
+    def _process_key(self) -> str:
+        """What a worker process's memory of this sink's target is keyed by."""
+        return (
+            f"{type(self).__name__} {self.settings.describe()} {self.options.marker_table} "
+            f"two_phase={self.two_phase}"
+        )
+
     def _settle_earlier_attempts(self, conn: Any, ctx: TaskContext) -> None:
         """Another attempt of this task may have prepared: its branch holds locks this
         attempt would wait on. An attempt that still runs (it holds its session lock) is
@@ -674,7 +721,7 @@ class SqlSink(
         started = time.monotonic()
         pauses = POLLING.delays()
         while True:
-            siblings = self._prepared_siblings(ctx.sink_id, ctx)
+            siblings = self._prepared_siblings(ctx.sink_id, ctx, conn)
             if not siblings:
                 return
             ended = [c for c in siblings if not self.attempt_lock_held(conn, attempt_lock_name(c))]
@@ -712,11 +759,13 @@ class SqlSink(
         )
         self.rollback_prepared(xid)
 
-    def _prepared_siblings(self, sink_id: str, of: TaskContext | Committable) -> list[Committable]:
+    def _prepared_siblings(
+        self, sink_id: str, of: TaskContext | Committable, conn: Any = None
+    ) -> list[Committable]:
         """Prepared branches of other attempts of the same task (sink, query, batch and
         partition)."""
         found = []
-        for xid in self.prepared_ids(sink_id):
+        for xid in self.prepared_ids(sink_id, conn):
             committable = xid.committable(sink_id)
             if (
                 committable is not None
@@ -940,6 +989,7 @@ class SqlSink(
 
     @masked
     def abort(self, txn: SqlTransaction) -> None:
+        _MARKER_TABLES.discard(self._process_key)
         try:
             self.rollback(txn)
         except Exception as exc:
@@ -949,27 +999,44 @@ class SqlSink(
             _close_quietly(txn.conn)
         self._discard(txn.ctx)
 
-    def _discard(self, owner: Committable | TaskContext) -> None:
+    def _discard(self, owner: Committable | TaskContext, conn: Any = None) -> None:
         table = self.staging_table(owner) if self.options.needs_staging else None
         if table is None:
             return
         try:
-            self.discard_staging(table)
+            self.discard_staging(table, conn)
         except Exception as exc:
             scrub(exc, self.settings.secrets())
             _log.warning("dropping staging table %s failed; sweep retries", table, exc_info=exc)
 
     # -- phase 2 --------------------------------------------------------------------------
 
+    def commits_concurrently(self) -> bool:
+        """Each :meth:`commit` call runs on a connection of its own."""
+        return True
+
     @masked
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        outcomes = []
-        for c in committables:
-            outcomes.append(self._commit_one(c))
-            self._discard(c)
-        return outcomes
+        """Commit the prepared branches one after another on one connection (the driver
+        runs several calls side by side, :meth:`commits_concurrently`); an error names the
+        partition whose branch failed."""
+        if not committables:
+            return []
+        conn = self.connect(autocommit=True)
+        try:
+            outcomes = []
+            for c in committables:
+                try:
+                    outcomes.append(self._commit_one(c, conn))
+                except SinkError as exc:
+                    exc.at(partition=c.partition)
+                    raise
+                self._discard(c, conn)
+            return outcomes
+        finally:
+            _close_quietly(conn)
 
-    def _commit_one(self, c: Committable) -> CommitOutcome:
+    def _commit_one(self, c: Committable, conn: Any) -> CommitOutcome:
         xid = SqlPayload.of(c).xid
         if xid is None:
             # Nothing was prepared: the task found its marker (a replay), or it committed
@@ -977,7 +1044,7 @@ class SqlSink(
             # record the path). The marker row tells committed from lost.
             return self._committed_in_its_task(c)
         try:
-            if self.commit_prepared(xid):
+            if self.commit_prepared(xid, conn):
                 return CommitOutcome.COMMITTED
         except SinkError as exc:
             raise type(exc)(f"commit failed: {exc.cause_message}") from exc

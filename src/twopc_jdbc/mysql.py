@@ -34,6 +34,7 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
+    WorkLimit,
     WriterRecord,
 )
 from twopc_jdbc._base import (
@@ -48,6 +49,7 @@ from twopc_jdbc._base import (
     evolution_lock_name,
 )
 from twopc_jdbc._evolution import TableColumn
+from twopc_jdbc._limits import mysql_limits
 from twopc_jdbc._offsets import MarkerOffsets, MarkerRow, warn_no_offset_columns
 from twopc_jdbc._options import TableName
 from twopc_jdbc._secrets import scrub
@@ -85,6 +87,27 @@ _CSV_OPTIONS = pacsv.WriteOptions(
 _BUFFER = "csv"
 """``SqlTransaction.extra`` entry: the task's CSV file not loaded yet."""
 _LOAD_ROWS = 100_000
+
+
+_TLS_CONTEXTS: dict[str, Any] = {}
+"""Per process: PyMySQL's TLS contexts for connections that name no certificate file."""
+
+
+class _Connection(pymysql.connections.Connection):  # type: ignore[misc]  # untyped
+    """PyMySQL's connection with its TLS context made once per process where no
+    certificate file is named: PyMySQL builds one per connection, loading the system's CA
+    certificates (17 ms a connection on the test machine), even in its default mode, which
+    only tries TLS. Contexts that name files are built every time (a renewed certificate
+    is read by the next connection)."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        if not isinstance(sslp, dict) or any(sslp.get(k) for k in ("ca", "capath", "cert", "key")):
+            return super()._create_ssl_ctx(sslp)
+        key = repr(sorted((k, repr(v)) for k, v in sslp.items()))
+        context = _TLS_CONTEXTS.get(key)
+        if context is None:
+            context = _TLS_CONTEXTS[key] = super()._create_ssl_ctx(sslp)
+        return context
 
 
 @dataclass
@@ -223,7 +246,7 @@ class MySQLSink(SqlSink):
             **{key: _coerce(value) for key, value in settings.options.items()},
         }
         try:
-            return pymysql.connect(**params)
+            return _Connection(**params)
         except pymysql.MySQLError as exc:
             scrub(exc, settings.secrets())
             raise self.classify(exc)(
@@ -466,8 +489,11 @@ class MySQLSink(SqlSink):
                 cursor.execute("XA END %s, %s", (txn.xid.gtrid, txn.xid.bqual))
             cursor.execute("XA ROLLBACK %s, %s", (txn.xid.gtrid, txn.xid.bqual))
 
-    def _xa(self, verb: str, xid: TransactionId) -> bool:
-        conn = self.connect(autocommit=True)  # XA COMMIT of a detached branch needs autocommit
+    def _xa(self, verb: str, xid: TransactionId, conn: Any = None) -> bool:
+        own = conn is None
+        if own:
+            # XA COMMIT of a detached branch needs autocommit
+            conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
                 cursor.execute(f"XA {verb} %s, %s", (xid.gtrid, xid.bqual))
@@ -477,10 +503,15 @@ class MySQLSink(SqlSink):
                 return False
             raise
         finally:
-            _close_quietly(conn)
+            if own:
+                _close_quietly(conn)
 
-    def commit_prepared(self, xid: TransactionId) -> bool:
-        return self._xa("COMMIT", xid)
+    def read_limits(self, conn: Any) -> list[WorkLimit]:
+        with conn.cursor() as cursor:
+            return mysql_limits(cursor)
+
+    def commit_prepared(self, xid: TransactionId, conn: Any = None) -> bool:
+        return self._xa("COMMIT", xid, conn)
 
     def rollback_prepared(self, xid: TransactionId) -> bool:
         return self._xa("ROLLBACK", xid)
@@ -488,15 +519,18 @@ class MySQLSink(SqlSink):
     def transaction_name(self, xid: TransactionId) -> str:
         return f"xid '{xid.gtrid}','{xid.bqual}'"
 
-    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
+    def prepared_ids(self, sink_id: str, conn: Any = None) -> list[TransactionId]:
         prefix = TransactionId.gtrid_prefix(sink_id)
-        conn = self.connect(autocommit=True)
+        own = conn is None
+        if own:
+            conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
                 cursor.execute("XA RECOVER")
                 rows = cursor.fetchall()
         finally:
-            _close_quietly(conn)
+            if own:
+                _close_quietly(conn)
         found = []
         for _format_id, gtrid_length, bqual_length, data in rows:
             raw = data.decode() if isinstance(data, bytes | bytearray) else str(data)
@@ -699,13 +733,16 @@ class MySQLSink(SqlSink):
             _close_quietly(conn)
         return staging
 
-    def discard_staging(self, table: TableName) -> None:
-        conn = self.connect(autocommit=True)
+    def discard_staging(self, table: TableName, conn: Any = None) -> None:
+        own = conn is None
+        if own:
+            conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
                 cursor.execute(f"DROP TABLE IF EXISTS {_table(table)}")
         finally:
-            _close_quietly(conn)
+            if own:
+                _close_quietly(conn)
 
     def staging_tables(self, sink_id: str) -> list[TableName]:
         prefix = f"{_STAGING_PREFIX}{hashlib.sha256(sink_id.encode()).hexdigest()[:8]}_"

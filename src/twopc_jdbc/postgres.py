@@ -28,6 +28,7 @@ from twopc import (
     SinkError,
     TargetMarker,
     TransientSinkError,
+    WorkLimit,
     WriterRecord,
 )
 from twopc_jdbc._base import (
@@ -42,6 +43,7 @@ from twopc_jdbc._base import (
     evolution_lock_name,
 )
 from twopc_jdbc._evolution import TableColumn
+from twopc_jdbc._limits import postgres_limits
 from twopc_jdbc._offsets import MarkerOffsets, MarkerRow, warn_no_offset_columns
 from twopc_jdbc._options import TableName
 from twopc_jdbc._pgcopy import HEADER, TRAILER, Encoder, encoder_for
@@ -460,24 +462,32 @@ class PostgresSink(SqlSink):
         else:
             txn.conn.rollback()
 
-    def _on_server(self, statement: sql.Composable) -> bool:
-        conn = self.connect(autocommit=True)
+    def _on_server(self, statement: sql.Composable, conn: Any = None) -> bool:
+        own = conn is None
+        if own:
+            conn = self.connect(autocommit=True)
         try:
             conn.execute(statement)
             return True
         except pgerrors.UndefinedObject:
             return False
         finally:
-            _close_quietly(conn)
+            if own:
+                _close_quietly(conn)
 
-    def commit_prepared(self, xid: TransactionId) -> bool:
-        return self._on_server(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(xid.gid)))
+    def read_limits(self, conn: Any) -> list[WorkLimit]:
+        return postgres_limits(conn, two_phase=self.two_phase)
+
+    def commit_prepared(self, xid: TransactionId, conn: Any = None) -> bool:
+        return self._on_server(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(xid.gid)), conn)
 
     def rollback_prepared(self, xid: TransactionId) -> bool:
         return self._on_server(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(xid.gid)))
 
-    def prepared_ids(self, sink_id: str) -> list[TransactionId]:
-        conn = self.connect(autocommit=True)
+    def prepared_ids(self, sink_id: str, conn: Any = None) -> list[TransactionId]:
+        own = conn is None
+        if own:
+            conn = self.connect(autocommit=True)
         try:
             rows = conn.execute(
                 "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
@@ -485,7 +495,8 @@ class PostgresSink(SqlSink):
                 (TransactionId.gtrid_prefix(sink_id),),
             ).fetchall()
         finally:
-            _close_quietly(conn)
+            if own:
+                _close_quietly(conn)
         return [x for x in (TransactionId.parse_gid(r[0]) for r in rows) if x is not None]
 
     def prepared_ages(self, sink_id: str) -> dict[str, float]:

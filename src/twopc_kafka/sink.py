@@ -51,6 +51,7 @@ from twopc import (
     StoredBatch,
     TaskContext,
     TransientSinkError,
+    WorkTimeout,
 )
 from twopc_kafka._clients import KafkaClients
 from twopc_kafka._errors import ClientErrors, classify, error
@@ -511,6 +512,10 @@ class KafkaSink(
             "sink %r: probed %d transactional ids for lingering transactions", sink_id, partitions
         )
         return 0
+
+    def work_timeout(self) -> WorkTimeout:
+        """The broker aborts a transaction open longer than ``transaction.timeout.ms``."""
+        return WorkTimeout("transaction.timeout.ms", self.transaction_timeout_ms / 1000)
 
     def naming(self) -> dict[str, Any]:
         """The prefix names every transactional id and marker group; the mode decides how

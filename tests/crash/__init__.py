@@ -10,7 +10,9 @@ prepared, staged or open. By crash kind:
 * **Driver or Python worker SIGKILLed, real Spark**: ``test_spark_crash.py`` (every point of
   the files sink, the driver for driver points, the Python worker running the task for task
   points; both write paths), ``test_rescaled_crash.py`` (a crashed 12-partition query
-  restarted with 2).
+  restarted with 2), ``test_wide_batch_crash.py`` (batches of 200 and 1,000 partitions on
+  every backend and mode and a group, the driver killed mid-batch; MariaDB ``two_phase`` in
+  CI).
 * **A group of targets** (``twopc.SinkGroup``: PostgreSQL + MariaDB, files + PostgreSQL),
   the driver SIGKILLed at every driver point, local engine and real Spark:
   ``test_group_crash_matrix.py``.

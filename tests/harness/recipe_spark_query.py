@@ -6,7 +6,7 @@ task attempts each committed batch took, and exits 0 when every file is committe
 started). Fault injection comes from ``TWOPC_FAULTS``.
 
     python -m tests.harness.recipe_spark_query --spec JSON --checkpoint DIR --input DIR [--master M]
-                                      [--speculation]
+                                      [--speculation] [--partitions N] [--max-tasks N]
 
 ``session`` and ``run_query`` are shared with the long-lived ``tests.chaos.spark_host``.
 """
@@ -77,6 +77,7 @@ def run_query(
     *,
     stop_after: float | None = None,
     faults: str | None = None,
+    max_tasks: int | None = None,
 ) -> int:
     """Run the query until its input is committed; the exit code as documented above.
 
@@ -100,7 +101,13 @@ def run_query(
     def report_batch(metrics: Any) -> None:
         # which attempt of each partition the batch committed: shows a speculative copy win
         attempts = {str(t.partition): t.attempt for t in metrics.tasks}
-        emit("batch-done", batch=metrics.batch_id, status=metrics.status, attempts=attempts)
+        emit(
+            "batch-done",
+            batch=metrics.batch_id,
+            status=metrics.status,
+            attempts=attempts,
+            partitions=metrics.partitions,
+        )
 
     writer = twopc.foreach_batch(
         build(spec),
@@ -108,6 +115,7 @@ def run_query(
         commit_log=spec.commit_log(checkpoint),
         faults=plan,
         on_metrics=report_batch,
+        max_tasks=max_tasks,
     )
     query = (
         frame.writeStream.option("checkpointLocation", checkpoint)
@@ -151,6 +159,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--speculation", action="store_true", help="SPECULATION_CONF on")
+    parser.add_argument("--max-tasks", type=int, default=None, help="foreach_batch's max_tasks")
     args = parser.parse_args()
     spark = session(args.master, speculation=args.speculation)
     stop_after = os.environ.get(STOP_AFTER_ENV)
@@ -161,6 +170,7 @@ def main() -> int:
         args.input,
         args.partitions,
         stop_after=float(stop_after) if stop_after else None,
+        max_tasks=args.max_tasks,
     )
     spark.stop()
     return code

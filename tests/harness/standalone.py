@@ -44,8 +44,11 @@ def _daemon(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen
 
 
 @contextlib.contextmanager
-def standalone_cluster(directory: Path, timeout: float = 90) -> Iterator[str]:
-    """Start a master and one single-core worker per host; yield the master's URL."""
+def standalone_cluster(
+    directory: Path, timeout: float = 90, hosts: tuple[str, ...] = WORKER_HOSTS
+) -> Iterator[str]:
+    """Start a master and one single-core worker per host of ``hosts`` (loopback
+    addresses); yield the master's URL."""
     directory.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SPARK_HOME": str(_spark_home())}
     port = _free_port()
@@ -67,7 +70,7 @@ def standalone_cluster(directory: Path, timeout: float = 90) -> Iterator[str]:
     ]
     url = f"spark://127.0.0.1:{port}"
     try:
-        for host in WORKER_HOSTS:
+        for host in hosts:
             worker_env = {**env, "SPARK_LOCAL_IP": host, "SPARK_WORKER_DIR": str(directory / host)}
             daemons.append(
                 _daemon(
@@ -88,9 +91,7 @@ def standalone_cluster(directory: Path, timeout: float = 90) -> Iterator[str]:
                 )
             )
         deadline = time.monotonic() + timeout
-        while master_log.read_text(errors="replace").count("Registering worker") < len(
-            WORKER_HOSTS
-        ):
+        while master_log.read_text(errors="replace").count("Registering worker") < len(hosts):
             if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
                 raise RuntimeError(f"the standalone cluster did not start; see {directory}")
             time.sleep(0.5)

@@ -37,6 +37,7 @@ FORMAT_OWN_OPTIONS = (
     "write_id",
     "faults",
     "speculation",
+    "commit_parallelism",
 )
 """``format("twopc")``'s own options (lower case): never passed to the backend."""
 FORMAT_SPARK_OPTIONS = ("checkpointlocation",)

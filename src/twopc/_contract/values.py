@@ -29,6 +29,8 @@ __all__ = [
     "TargetMarker",
     "TaskContext",
     "WorkKind",
+    "WorkLimit",
+    "WorkTimeout",
 ]
 
 COMMITTABLE_FORMAT_VERSION = 1
@@ -354,6 +356,42 @@ class TargetMarker:
     query_id: str
     partition: int
     batch_id: int
+
+
+@dataclass(frozen=True)
+class WorkLimit:
+    """A limit of the target on the work a batch holds at once (:meth:`Sink.work_limits`):
+    the driver checks a batch's planned partitions against it before phase 1, and refuses
+    a batch that cannot fit instead of failing it part-way.
+
+    ``each_partition``: every partition of the batch holds one of ``holds`` until the batch
+    commits (a prepared transaction); otherwise only each task running at once does (a
+    connection). ``allowed``: how many the target allows (its setting ``setting``, for
+    every user); ``free``: how many it has left right now, where the sink could read it (a
+    batch that needs more than that but no more than ``allowed`` is written, with a
+    warning). ``fix``: how to raise the limit, in the target's terms.
+    """
+
+    holds: str
+    """What the batch holds, singular, with its article: ``"a prepared transaction"``."""
+    setting: str
+    """The target's setting that sets the limit: ``"max_prepared_transactions"``."""
+    allowed: int
+    each_partition: bool
+    free: int | None = None
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class WorkTimeout:
+    """The age at which the target aborts a transaction a task left open
+    (:meth:`Sink.work_timeout`): Kafka's ``transaction.timeout.ms``. The core warns, in the
+    log and in :class:`~twopc.BatchMetrics`, when a batch's work passes 80 % of it before
+    its commit: a wider or slower batch is about to lose its transactions."""
+
+    setting: str
+    """The setting that sets it, as its users know it: ``"transaction.timeout.ms"``."""
+    seconds: float
 
 
 class WorkKind(StrEnum):

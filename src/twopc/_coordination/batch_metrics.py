@@ -63,6 +63,12 @@ class BatchMetrics:
     swept: int = 0
     lingering_aborted: int = 0
     commit_log_batches: int = 0
+    open_work_seconds: float = 0.0
+    """How old the batch's oldest transaction was when its commit started (the driver's
+    phase 2, or a task's own commit)."""
+    near_timeout: int = 0
+    """Partitions whose transaction was past 80 % of the sink's
+    :meth:`~twopc.Sink.work_timeout` before its commit (each also logged a warning)."""
     error: str | None = None
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
     source_offsets: dict[str, dict[str, int]] | None = None
@@ -104,6 +110,8 @@ class BatchMetrics:
             text += f" lingering_aborted={self.lingering_aborted}"
         if self.commit_log_batches:
             text += f" commit_log_batches={self.commit_log_batches}"
+        if self.near_timeout:
+            text += f" open_work={self.open_work_seconds:.1f}s near_timeout={self.near_timeout}"
         if self.source_lag is not None:
             text += f" source_lag={self.source_lag}"
         if self.progress_error:

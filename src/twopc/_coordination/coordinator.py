@@ -30,9 +30,16 @@ from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 from twopc._coordination.batch_outcome import committed_metrics, finished, metrics_with_progress
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.completeness import WHAT_STAYS, collect_committables
-from twopc._coordination.deciding import Decider, DecisionMade, LastResourceRun
+from twopc._coordination.deciding import (
+    DEFAULT_COMMIT_PARALLELISM,
+    Decider,
+    DecisionMade,
+    LastResourceRun,
+)
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
+from twopc._coordination.limits import WorkLimits
+from twopc._coordination.open_work import of_batch
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.publishing import Publisher
 from twopc._coordination.records import BatchState, Decision
@@ -63,6 +70,8 @@ class Coordinator:
         faults: fault injection plan (tests, demo); ``None`` means off.
         log_retention: finished batches kept in the commit log per query (like Spark's
             ``spark.sql.streaming.minBatchesToRetain``); older entries are deleted.
+        commit_parallelism: at most this many commit calls at once in phase 2 and
+            recovery, for a sink that commits concurrently.
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class Coordinator:
         log_retention: int = 100,
         sleep: Callable[[float], None] = time.sleep,
         progress: ProgressReporter | None = None,
+        commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM,
     ) -> None:
         if log_retention < 1:
             raise ConfigurationError("log_retention must keep at least the last batch")
@@ -94,8 +104,10 @@ class Coordinator:
             log_retention=log_retention,
             sleep=sleep,
             abort_batch=self._abort_batch,
+            commit_parallelism=commit_parallelism,
         )
         self.recovery = Recovery(sink, sink_id, commit_log, self.decider)
+        self.limits = WorkLimits()
         markers = sink if isinstance(sink, KeepsMarkers) else None
         guard = ReplayGuard(sink_id, commit_log, markers, sink.naming)
         self.admission = Admission(sink, sink_id, commit_log, guard, self.publisher)
@@ -176,6 +188,7 @@ class Coordinator:
             )
         except BaseException:
             self.recovery.needed = True  # whatever failed, the next batch recovers first
+            self.limits.forget()  # and reads the target's limits again
             raise
 
     def finish_batch(self, batch: DecidedBatch) -> BatchMetrics:
@@ -207,6 +220,9 @@ class Coordinator:
             partitions=engine.planned_partitions if self._counts_partitions else _UNCOUNTED,
             input_fingerprint=input_fingerprint,
             when=When.BEFORE_TASKS,
+            before_run=functools.partial(
+                self.limits.check_batch, self.sink, self.sink_id, batch_id, engine
+            ),
         )
         state = admitted.state
         base = self._skipped_metrics(
@@ -249,6 +265,8 @@ class Coordinator:
         )
 
     def _finish_batch(self, batch: DecidedBatch) -> BatchMetrics:
+        batch_id = batch.made.decision.batch_id
+        open_work = of_batch(self.sink, self.sink_id, batch_id, batch.reports)
         decided = self.decider.commit_decided(batch.made, batch.state)
         committed_at = time.monotonic()
         published = self.publisher.publish(decided.decision)
@@ -263,6 +281,8 @@ class Coordinator:
             commit_retries=decided.retries,
             recovered_aborted=base.recovered_aborted + aborted,
             swept=base.swept + swept,
+            open_work_seconds=open_work.seconds,
+            near_timeout=open_work.near_timeout,
         )
         return finished(metrics_with_progress(metrics, published), batch.started)
 

@@ -51,6 +51,12 @@ class BatchEngine(ABC):
             return 0
         return int(value) if value else 0
 
+    def task_slots(self) -> int | None:
+        """How many tasks run at once (Spark: its default parallelism, the executors'
+        cores), for the target's per-task limits (:meth:`~twopc.Sink.work_limits`);
+        ``None``: cannot tell."""
+        return None
+
     def partitions_run(self) -> int | None:
         """After :meth:`run_phase1`: how many partitions it ran, as the engine itself knows
         it (not from the reports). The coordinator refuses a batch with fewer reports, so

@@ -14,6 +14,7 @@ import pyarrow as pa
 from twopc._contract.boundary import leaving_sink
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy, call_with_retries
+from twopc._coordination.open_work import warn_if_near
 from twopc._coordination.reports import TaskOutcome, TaskReport, class_name
 from twopc.errors import PermanentSinkError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
@@ -78,6 +79,7 @@ class Phase1Task:
             ),
             attempt,
             time.monotonic(),
+            time.time(),
         )
         self._fire(CrashPoint.BEFORE_BEGIN, run)
         try:
@@ -122,6 +124,9 @@ class Phase1Task:
         partition = run.ctx.partition
         try:
             self._fire(CrashPoint.AFTER_PRE_COMMIT, run)
+            run.aged(
+                warn_if_near(sink.work_timeout(), run.age, self.sink_id, self.batch_id, partition)
+            )
             self._fire(CrashPoint.BEFORE_TASK_COMMIT, run)
             with self._leaving(partition, what="commit failed: "):
                 outcome, _ = call_with_retries(
@@ -177,14 +182,28 @@ class Phase1Task:
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Attempt:
     """One run of a task: its context (named by the unique attempt id), the engine's
-    attempt number, and when it started."""
+    attempt number, when it started (monotonic clock and epoch) and, for a task that
+    commits itself, how old its transaction was at the commit."""
 
     ctx: TaskContext
     number: int
     started: float
+    began_at: float = field(default_factory=time.time)
+    open_seconds: float | None = None
+    near_timeout: bool = False
+
+    @property
+    def age(self) -> float:
+        return time.monotonic() - self.started
+
+    def aged(self, near_timeout: bool) -> None:
+        """The transaction is about to commit: its age now, and whether it is near the
+        sink's timeout."""
+        self.open_seconds = self.age
+        self.near_timeout = near_timeout
 
     def report(
         self,
@@ -206,4 +225,7 @@ class _Attempt:
             seconds=time.monotonic() - self.started,
             error=error,
             error_type=error_type,
+            began_at=self.began_at,
+            open_seconds=self.open_seconds,
+            near_timeout=self.near_timeout,
         )

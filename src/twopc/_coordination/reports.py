@@ -48,6 +48,13 @@ class TaskReport:
     error_type: str | None = None
     """The class of the sink's error, ``module.QualifiedName`` (``REJECTED`` only; a
     report of an older twopc has none): the driver rebuilds the error as that class."""
+    began_at: float | None = None
+    """When the task began its transaction (seconds since the epoch); ``None`` in a report
+    of an older twopc."""
+    open_seconds: float | None = None
+    """A task that committed itself: how old its transaction was at the commit."""
+    near_timeout: bool = False
+    """Whether that age passed 80 % of the sink's :meth:`~twopc.Sink.work_timeout`."""
 
     def dumps(self) -> str:
         body: dict[str, Any] = {
@@ -61,6 +68,9 @@ class TaskReport:
             "seconds": self.seconds,
             "error": self.error,
             "error_type": self.error_type,
+            "began_at": self.began_at,
+            "open_seconds": self.open_seconds,
+            "near_timeout": self.near_timeout,
         }
         return json.dumps(body, sort_keys=True)
 
@@ -91,6 +101,9 @@ class TaskReport:
                 seconds=float(body.get("seconds", 0.0)),
                 error=_optional_text(body.get("error")),
                 error_type=_optional_text(body.get("error_type")),
+                began_at=_optional_number(body.get("began_at")),
+                open_seconds=_optional_number(body.get("open_seconds")),
+                near_timeout=bool(body.get("near_timeout", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnsupportedFormatError(f"a task's report is incomplete ({exc!r})") from exc
@@ -113,6 +126,10 @@ class TaskReport:
     @property
     def metrics(self) -> TaskMetrics:
         return TaskMetrics(self.partition, self.attempt, self.rows, self.bytes, self.seconds)
+
+
+def _optional_number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _optional_text(value: Any) -> str | None:

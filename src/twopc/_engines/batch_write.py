@@ -18,9 +18,11 @@ from twopc._contract.boundary import leaving_twopc
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics
+from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
-from twopc._engines.spark import arrange_for, choose_spark_write
+from twopc._engines.batch_shape import arrange_for, check_max_tasks, narrows
+from twopc._engines.spark import choose_spark_write
 from twopc._engines.spark_engine import SparkEngine
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
 from twopc.errors import ConfigurationError
@@ -84,6 +86,8 @@ def write_batch(
     retry: RetryPolicy | None = None,
     faults: FaultPlan | None = None,
     on_metrics: MetricsCallback | None = None,
+    commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM,
+    max_tasks: int | None = None,
 ) -> BatchMetrics:
     """Write ``df`` (a plain, non-streaming DataFrame) to ``sink`` exactly once, all rows or
     none, under the idempotency key ``write_id``. Works from classic PySpark and from Spark
@@ -98,7 +102,8 @@ def write_batch(
     Writing the same ``write_id`` again (a retried job) writes nothing; the returned
     metrics say ``skipped``. Keys need no order. Raises :class:`~twopc.BatchFailedError`
     when the write fails; nothing of it is then visible. ``storage_options``, ``retry``,
-    ``faults`` and ``on_metrics`` are as for :func:`twopc.foreach_batch`.
+    ``faults``, ``on_metrics``, ``commit_parallelism`` and ``max_tasks`` are as for
+    :func:`twopc.foreach_batch`.
 
     Args:
         df: the rows to write.
@@ -111,19 +116,21 @@ def write_batch(
     """
     check_batch_sink(sink, sink_id)
     key = validate_write_id(write_id, sink_id)
+    check_max_tasks(sink, max_tasks)
     options = WriterOptions(
         commit_log=commit_log,
         storage_options=storage_options,
         retry=retry,
         faults=faults,
         on_metrics=on_metrics,
+        commit_parallelism=commit_parallelism,
     )
     writer = BatchWriter(sink, sink_id, options)
     group = isinstance(sink, SinkGroup)
     frame = df.persist() if group else df  # a group's members read the rows once, the same
     try:
         with leaving_twopc(sink_id, BATCH_ID):
-            engine = _engine(sink, writer.sink_id, frame)
+            engine = _engine(sink, writer.sink_id, frame, max_tasks)
         return writer.run(
             batch_query_id(sink_id, key), BATCH_ID, engine, lambda: None, write_id=key
         )
@@ -133,15 +140,22 @@ def write_batch(
             frame.unpersist()
 
 
-def _engine(sink: Sink[Any], sink_id: str, df: DataFrame) -> BatchEngine:
+def _engine(sink: Sink[Any], sink_id: str, df: DataFrame, max_tasks: int | None) -> BatchEngine:
     """Phase 1's engine for a batch write; a group's runs each member on its projection."""
     if isinstance(sink, SinkGroup):
         return GroupEngine(
             sink,
             {
-                name: _engine(member.sink, member_sink_id(sink_id, name), member.projected(df))
+                name: _engine(
+                    member.sink, member_sink_id(sink_id, name), member.projected(df), max_tasks
+                )
                 for name, member in sink.members.items()
             },
         )
     spark_write = choose_spark_write(sink, sink_id)
-    return SparkEngine(arrange_for(sink, df), spark_write=spark_write, evaluate_replays=False)
+    return SparkEngine(
+        arrange_for(sink, df, max_tasks),
+        spark_write=spark_write,
+        evaluate_replays=False,
+        max_tasks=narrows(sink, max_tasks),
+    )

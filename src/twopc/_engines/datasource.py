@@ -14,7 +14,8 @@ How Spark drives it, and what follows from it:
 
 Options are :func:`twopc.create_sink`'s keyword options as strings, plus ``sink`` (the
 backend), ``sink_id`` and twopc's own (``commit_log``, ``commit_log_options``,
-``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``, and every
+``write_id`` for batch writes, ``faults``: a fault plan as in ``TWOPC_FAULTS``,
+``commit_parallelism`` as for :func:`twopc.foreach_batch`, and every
 ``progress_*`` option: the progress reporter of a streaming query, see
 :func:`_progress_reporter`).
 """
@@ -42,6 +43,7 @@ from twopc._contract.paths import CommitPath, check_roles
 from twopc._contract.sink_options import PROGRESS_PREFIX, json_object, sink_from_options
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.coordinator import Coordinator
+from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM, check_commit_parallelism
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reported import ReportedBatches
 from twopc._coordination.reports import TaskOutcome, TaskReport
@@ -91,6 +93,7 @@ class _Setup:
     concurrent_attempts: bool = True
     """Whether copies of a task may run side by side (``speculation``, default true: the
     writer cannot see Spark's settings)."""
+    commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM
     replayed_batch: int | None = None
     """A streaming batch found decided where it was planned: its tasks write nothing."""
     run_token: int = field(default_factory=lambda: int(time.time()) & 0xFFFF)
@@ -163,6 +166,7 @@ class _Setup:
         plan = FaultPlan.parse(faults) if faults else FaultPlan.from_env()
         progress = _progress_reporter(lowered, sink_id, streaming=streaming)
         speculation = _speculation(lowered.get("speculation"))
+        parallelism = _commit_parallelism(lowered.get("commit_parallelism"))
         return cls(
             sink,
             sink_id,
@@ -174,6 +178,7 @@ class _Setup:
             plan,
             progress,
             concurrent_attempts=speculation,
+            commit_parallelism=parallelism,
         )
 
     def batches(self) -> ReportedBatches:
@@ -185,6 +190,7 @@ class _Setup:
             CommitLog(self.commit_log, self.commit_log_options),
             faults=self.faults,
             progress=self.progress,
+            commit_parallelism=self.commit_parallelism,
         )
         return ReportedBatches(coordinator)
 
@@ -398,6 +404,21 @@ def _no_query_id(checkpoint: str | None) -> str:
         "a path or URL fsspec reads there (a local or mounted path, or s3://, gs://, abfs:// "
         "with the fsspec package and credentials of that store)"
     )
+
+
+def _commit_parallelism(value: str | None) -> int:
+    """The ``commit_parallelism`` option, as for :func:`twopc.foreach_batch`."""
+    if value is None:
+        return DEFAULT_COMMIT_PARALLELISM
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = -1
+    if str(number) != value.strip():
+        raise ConfigurationError(
+            f"option 'commit_parallelism' must be a whole number from 1 to 256, not {value!r}"
+        )
+    return check_commit_parallelism(number)
 
 
 def _speculation(value: str | None) -> bool:

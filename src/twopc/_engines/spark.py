@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from twopc._contract.boundary import leaving_twopc
 from twopc._contract.retry import RetryPolicy
+from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
+from twopc._engines.batch_shape import arrange_for, check_max_tasks, narrows
 from twopc._engines.checkpoint import planned_input, query_id_of
 from twopc._engines.spark_engine import JobTracker, SparkEngine, is_connect_session
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SparkBatchWriter",
-    "arrange_for",
     "choose_spark_write",
     "foreach_batch",
     "is_connect_session",
@@ -74,16 +75,6 @@ def choose_spark_write(sink: Sink[Any], sink_id: str) -> WritesWithSpark | None:
     return role
 
 
-def arrange_for(sink: Sink[Any], df: DataFrame) -> DataFrame:
-    """The batch partitioned as the sink needs it: one task for a single-task sink, by its
-    partition columns (all rows of a key in one task) where it names any."""
-    if sink.single_task:
-        return df.repartition(1)
-    if keys := sink.partition_columns():
-        return df.repartition(*keys)
-    return df
-
-
 @dataclass(frozen=True)
 class _SparkBatch:
     """One micro-batch as the writer found it, checked, before the coordinator runs it."""
@@ -114,8 +105,10 @@ class SparkBatchWriter(BatchWriter):
         persist: bool = False,
         checkpoint_location: str | None = None,
         background_commit: bool = False,
+        max_tasks: int | None = None,
     ) -> None:
         super().__init__(sink, sink_id, options)
+        self._max_tasks = check_max_tasks(sink, max_tasks)
         self._background_commit = background_commit
         # a group's members each read the batch: cached, they read it once and the same
         self._persist = persist or isinstance(sink, SinkGroup)
@@ -171,20 +164,24 @@ class SparkBatchWriter(BatchWriter):
                 self.sink,
                 {
                     name: self._spark_engine(
-                        arrange_for(member.sink, member.projected(frame)),
+                        arrange_for(member.sink, member.projected(frame), self._max_tasks),
                         self._member_writes.get(name),
+                        narrows(member.sink, self._max_tasks),
                     )
                     for name, member in self.sink.members.items()
                 },
             )
-        return self._spark_engine(frame, self._spark_write)
+        return self._spark_engine(frame, self._spark_write, narrows(self.sink, self._max_tasks))
 
-    def _spark_engine(self, frame: DataFrame, spark_write: WritesWithSpark | None) -> SparkEngine:
+    def _spark_engine(
+        self, frame: DataFrame, spark_write: WritesWithSpark | None, max_tasks: int | None
+    ) -> SparkEngine:
         return SparkEngine(
             frame,
             speculation=bool(self._speculation),
             spark_write=spark_write,
             tracker=self._tracker,
+            max_tasks=max_tasks,
         )
 
     def _choose_phase1(self) -> None:
@@ -208,7 +205,7 @@ class SparkBatchWriter(BatchWriter):
         source_offsets = self._source_offsets(planned.offsets, checkpoint, batch_id)
         if not self._phase1_chosen:
             self._choose_phase1()
-        df = arrange_for(self.sink, df)
+        df = arrange_for(self.sink, df, self._max_tasks)
         self._tracker = JobTracker.of(df.sparkSession, self._tracker)
         return _SparkBatch(df, query_id, checkpoint, run_id, source_offsets, planned.fingerprint)
 
@@ -308,6 +305,8 @@ def foreach_batch(
     checkpoint_location: str | None = None,
     progress: ProgressReporter | None = None,
     background_commit: bool = False,
+    commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM,
+    max_tasks: int | None = None,
 ) -> SparkBatchWriter:
     """The exactly-once ``foreachBatch`` function for ``sink``.
 
@@ -348,6 +347,16 @@ def foreach_batch(
             moment after ``foreachBatch`` returns; the next batch waits for it, and
             ``writer.close()`` waits for the last. Classic PySpark only (over Spark
             Connect the commit stays in ``foreachBatch``). See docs/entry-points.md.
+        commit_parallelism: at most this many commit calls at once when the driver
+            commits a batch (phase 2, and recovery), for sinks that can commit side by side
+            (the files and SQL sinks, groups of them; default 8; 1: one partition after
+            another).
+        max_tasks: run phase 1 in at most this many tasks: a batch of more partitions is
+            coalesced first (no shuffle; a sink with key columns, e.g. an upsert, is
+            repartitioned by its keys into this many). Fewer transactions, connections and
+            prepared transactions per batch, and Spark's cost per task paid fewer times.
+            Default: one task per partition of the batch. For sinks that commit on the
+            driver, or by key; see docs/entry-points.md, "Wide batches".
 
     Call ``writer.close()`` after ``query.stop()``: it waits for a commit still running
     in the background and removes the liveness record that makes ``twopc recover`` refuse
@@ -360,6 +369,7 @@ def foreach_batch(
         faults=faults,
         on_metrics=on_metrics,
         progress=progress,
+        commit_parallelism=commit_parallelism,
     )
     return SparkBatchWriter(
         sink,
@@ -368,6 +378,7 @@ def foreach_batch(
         persist=persist,
         checkpoint_location=checkpoint_location,
         background_commit=background_commit,
+        max_tasks=max_tasks,
     )
 
 

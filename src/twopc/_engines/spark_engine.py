@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +18,7 @@ from twopc._contract.retry import wait_until
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc._engines.job_tracker import JobTracker, is_connect_session
 from twopc._engines.run_location import run_location_options
 from twopc.errors import PermanentSinkError, SinkError
 from twopc.protocol import SparkWrite, TaskContext, WritesWithSpark
@@ -35,11 +35,6 @@ _REPORT_SCHEMA = "report string, stage int"
 T = TypeVar("T")
 
 
-def is_connect_session(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no SparkContext, no py4j)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 _last_run = 0
 
 
@@ -52,96 +47,6 @@ def _new_run_attempt() -> int:
     now = int(time.time() * 1000) & 0x7FFFFFFF
     _last_run = now if now > _last_run else (_last_run + 1) & 0x7FFFFFFF
     return _last_run
-
-
-class JobTracker:
-    """The jobs of phase 1's action and their stages, read from Spark's status tracker in
-    a few py4j calls.
-
-    The action runs under a job tag of its own, so its jobs are looked up by that tag
-    rather than by listing every job of the query's job group before and after it: a
-    running query's group holds every job of the run that the status store retains
-    (``spark.ui.retainedJobs``, 1,000 by default), and PySpark's ``StatusTracker`` turns
-    a Java array into a list with one py4j call per element, so those two listings cost
-    more every batch. Arrays come over in one call here, as text."""
-
-    def __init__(self, context: Any) -> None:
-        self.context = context
-        self._arrays = context._jvm.java.util.Arrays
-        self._java = context._jsc.statusTracker()  # null where Spark forgot a job or stage
-        self._scala = context._jsc.sc().statusTracker()  # the one with getJobIdsForTag
-
-    @classmethod
-    def of(cls, spark: Any, known: JobTracker | None = None) -> JobTracker | None:
-        """The tracker of ``spark``'s context (``known`` if it is that context's);
-        ``None`` over Spark Connect, which has no status tracker, or where the tracker
-        cannot be reached (phase 1's jobs then count as unknown)."""
-        if is_connect_session(spark):
-            return None
-        context = spark.sparkContext
-        if known is not None and known.context is context:
-            return known
-        try:
-            return cls(context)
-        except Exception:
-            _log.debug("cannot reach Spark's status tracker", exc_info=True)
-            return None
-
-    def tag(self) -> str | None:
-        """Tag the jobs this thread starts from now on; returns the tag (``None``: the
-        tag could not be set)."""
-        tag = f"twopc-phase1-{uuid.uuid4().hex}"
-        try:
-            self.context.addJobTag(tag)
-        except Exception:
-            _log.debug("cannot tag phase 1's Spark jobs", exc_info=True)
-            return None
-        return tag
-
-    def untag(self, tag: str | None) -> None:
-        """Stop tagging the jobs this thread starts."""
-        if tag is None:
-            return
-        try:
-            self.context.removeJobTag(tag)
-        except Exception:
-            _log.debug("cannot remove phase 1's job tag", exc_info=True)
-
-    def jobs(self, tag: str | None) -> set[int] | None:
-        """The ids of the jobs that ran under ``tag`` (``None``: unknown)."""
-        if tag is None:
-            return None
-        try:
-            return set(self._ints(self._scala.getJobIdsForTag(tag)))
-        except Exception:
-            _log.debug("cannot read phase 1's Spark jobs", exc_info=True)
-            return None
-
-    def stage_info(self, stage: int) -> Any | None:
-        """The status tracker's view of a stage (``None`` for a stage Spark forgot)."""
-        return self._java.getStageInfo(stage)
-
-    def stages(self, jobs: set[int]) -> list[int]:
-        """The stages of ``jobs`` that Spark still knows."""
-        found: list[int] = []
-        for job in sorted(jobs):
-            info = self._java.getJobInfo(job)
-            if info is not None:
-                found += self._ints(info.stageIds())
-        return found
-
-    def attempt(self, stage: int) -> int:
-        """The stage's current attempt number (0 for a stage Spark forgot)."""
-        info = self._java.getStageInfo(stage)
-        return int(info.currentAttemptId()) if info is not None else 0
-
-    def active_tasks(self, stage: int) -> int:
-        info = self._java.getStageInfo(stage)
-        return int(info.numActiveTasks()) if info is not None else 0
-
-    def _ints(self, array: Any) -> list[int]:
-        text = str(self._arrays.toString(array)).strip("[]")
-        return [int(x) for x in text.split(",") if x.strip()]
 
 
 class SparkEngine(BatchEngine):
@@ -159,8 +64,14 @@ class SparkEngine(BatchEngine):
         spark_write: WritesWithSpark | None = None,
         tracker: JobTracker | None = None,
         evaluate_replays: bool = True,
+        max_tasks: int | None = None,
     ) -> None:
         self._df = df
+        self._max_tasks = max_tasks
+        """Coalesce a wider batch to this many partitions before phase 1 (``max_tasks``)."""
+        self._planned: int | None = None
+        """The batch's own partition count, once read."""
+        self._narrowed = False
         self._evaluate_replays = evaluate_replays
         self._speculation = speculation
         self._spark_write = spark_write
@@ -183,7 +94,14 @@ class SparkEngine(BatchEngine):
         partitions, without planning; else the physical plan's output partitioning (before
         adaptive execution coalesces: an upper bound), or, for a plan without a shuffle (a
         scan), its RDD's partitions, which costs no job. ``None`` where none of these can
-        be read without running a job."""
+        be read without running a job. With ``max_tasks``, at most that many."""
+        if self._planned is None:
+            self._planned = self._input_partitions()
+        if self._planned is not None and self._max_tasks is not None:
+            return min(self._planned, self._max_tasks)
+        return self._planned
+
+    def _input_partitions(self) -> int | None:
         try:
             execution = self._df._jdf.queryExecution()
             count = _rdd_partitions(execution.logical())
@@ -197,6 +115,18 @@ class SparkEngine(BatchEngine):
             _log.debug("cannot read the batch's partition count from its plan", exc_info=True)
             return None
         return count if count > 0 else None
+
+    def task_slots(self) -> int | None:
+        """Spark's default parallelism: the cores of its executors (``None`` over Spark
+        Connect, which does not tell)."""
+        spark = self._df.sparkSession
+        if is_connect_session(spark):
+            return None
+        try:
+            return int(spark.sparkContext.defaultParallelism)
+        except Exception:
+            _log.debug("cannot read Spark's default parallelism", exc_info=True)
+            return None
 
     def concurrent_attempts(self) -> bool:
         """Whether Spark may run a copy of a task next to it (``spark.speculation``)."""
@@ -251,7 +181,21 @@ class SparkEngine(BatchEngine):
         )
         return False
 
+    def _narrow(self) -> None:
+        """With ``max_tasks``, a wider batch coalesced to that many partitions (Spark's
+        ``coalesce``: no shuffle, each task reads several of the batch's partitions in
+        turn). Only for sinks whose prepared work commits on the driver: a replay of a batch
+        that committed nothing may group the partitions otherwise (``coalesce`` follows
+        where their data lives) without harm."""
+        if self._max_tasks is None or self._narrowed:
+            return
+        self._narrowed = True  # once, for every job of this batch
+        count = self.partition_count()
+        if count is None or (self._planned or 0) > count:
+            self._df = self._df.coalesce(self._max_tasks)
+
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
+        self._narrow()
         if self._spark_write is not None:
             return self._write_with_spark(task, self._spark_write)
 

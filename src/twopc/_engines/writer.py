@@ -17,6 +17,7 @@ from twopc._contract.retry import RetryPolicy
 from twopc._coordination.batch_metrics import BatchMetrics, BatchStatus
 from twopc._coordination.commit_log import CommitLog
 from twopc._coordination.coordinator import Coordinator, DecidedBatch
+from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM, check_commit_parallelism
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.liveness import Heartbeat, HeartbeatState, own_process_start, this_host
 from twopc._engines.background import BackgroundCommit
@@ -69,6 +70,10 @@ class WriterOptions:
     on_metrics: MetricsCallback | None = None
     history: int = 100
     progress: ProgressReporter | None = None
+    commit_parallelism: int = DEFAULT_COMMIT_PARALLELISM
+
+    def __post_init__(self) -> None:
+        check_commit_parallelism(self.commit_parallelism)
 
 
 WRITER_RECORD_EVERY = 60.0
@@ -181,6 +186,7 @@ class BatchWriter:
                 retry=self.options.retry,
                 faults=self._faults,
                 progress=self.progress,
+                commit_parallelism=self.options.commit_parallelism,
             )
         return self._coordinator
 

@@ -135,6 +135,15 @@ def _log_size(m: BatchMetrics) -> Iterator[Point]:
         yield {}, m.commit_log_batches
 
 
+def _open_work(m: BatchMetrics) -> Iterator[Point]:
+    if m.status is BatchStatus.COMMITTED:
+        yield {}, m.open_work_seconds
+
+
+def _near_timeout(m: BatchMetrics) -> Iterator[Point]:
+    yield {}, m.near_timeout
+
+
 def _source_lag(m: BatchMetrics) -> Iterator[Point]:
     if m.source_lag is not None:
         yield {}, m.source_lag
@@ -196,6 +205,20 @@ CATALOG: tuple[Instrument, ...] = (
         "{batch}",
         "Batches of the query the commit log holds after the last batch.",
         _log_size,
+    ),
+    Instrument(
+        "twopc.open_work.age",
+        Kind.GAUGE,
+        "s",
+        "How old the last committed batch's oldest transaction was when its commit started.",
+        _open_work,
+    ),
+    Instrument(
+        "twopc.open_work.near_timeout",
+        Kind.COUNTER,
+        "{partition}",
+        "Partitions whose transaction passed 80 % of the sink's timeout before its commit.",
+        _near_timeout,
     ),
     Instrument(
         "twopc.source.lag",
