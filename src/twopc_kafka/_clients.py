@@ -4,6 +4,9 @@ consumers that read marker groups. One place for the settings they share."""
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,25 @@ _QUIET = logging.Logger("twopc.kafka.settings-check")
 """The logger of the client that checks settings: never served (no poll), never shown."""
 _QUIET.disabled = True
 _PRODUCER_ONLY = ("linger.ms", "batch.size", "compression.type", "queue.buffering")
+TOPICS_TTL_SECONDS = 60.0
+"""How long a process trusts the cluster's topic list it read (a topic created meanwhile is
+looked up again at once; one deleted fails the produce instead of the check)."""
+
+_SHARED: dict[str, tuple[int, Any]] = {}
+"""Per process (its pid): one admin client per set of connection settings, for what every
+task of a Python worker asks again (topics, marker offsets). A client made before a fork
+is never used after it: librdkafka's threads do not survive it."""
+_TOPICS: dict[str, tuple[int, float, dict[str, int]]] = {}
+_LOCK = threading.Lock()
+
+
+def _before_fork() -> None:
+    """Destroy this process's shared clients before it forks (the local engine forks its
+    tasks): a child forked while librdkafka's threads run may crash in its own clients."""
+    _SHARED.clear()
+
+
+os.register_at_fork(before=_before_fork)
 
 
 @dataclass(frozen=True)
@@ -65,6 +87,13 @@ class KafkaClients:
             # until socket.timeout.ms (60 s, capped at transaction.timeout.ms), whatever the
             # call's own timeout: send_offsets_to_transaction would block that long.
             "socket.timeout.ms": self.request_timeout_ms(),
+            # Each task's producer is new. With sparse connections (librdkafka's default) it
+            # connects to the brokers it learns of lazily and asks for its producer id
+            # before they are up, then waits for a timer: 55 to 560 ms to
+            # init_transactions on the test machine, 2 to 5 ms with every broker connected
+            # at once. A cluster of many brokers may prefer the default: producer_config
+            # may set it back.
+            "enable.sparse.connections": False,
             **self.base(),
             **ENFORCED,
             "transactional.id": transactional_id,
@@ -79,6 +108,46 @@ class KafkaClients:
         if errors is not None:
             config["error_cb"] = errors
         return AdminClient(config)
+
+    def shared_admin(self) -> Any:
+        """This process's admin client for these settings, made on first use: the tasks a
+        Python worker runs one after another share it instead of connecting each time."""
+        key = self._key()
+        pid = os.getpid()
+        with _LOCK:
+            known = _SHARED.get(key)
+            if known is None or known[0] != pid:
+                known = _SHARED[key] = (pid, AdminClient(self.admin_only()))
+            return known[1]
+
+    def topics(self, *, refresh: bool = False) -> dict[str, int]:
+        """The cluster's topics and their partition counts, as this process last read them
+        (within :data:`TOPICS_TTL_SECONDS`), else read now through :meth:`shared_admin`."""
+        key = self._key()
+        pid, now = os.getpid(), time.monotonic()
+        known = _TOPICS.get(key)
+        if (
+            not refresh
+            and known is not None
+            and known[0] == pid
+            and now - known[1] < TOPICS_TTL_SECONDS
+        ):
+            return known[2]
+        metadata = self.shared_admin().list_topics(timeout=self.timeout)
+        topics = {name: len(t.partitions) for name, t in metadata.topics.items()}
+        _TOPICS[key] = (pid, now, topics)
+        return topics
+
+    def forget_shared(self) -> None:
+        """Drop this process's shared admin client and topic list (after a failure: the
+        next task connects anew)."""
+        key = self._key()
+        with _LOCK:
+            _SHARED.pop(key, None)
+            _TOPICS.pop(key, None)
+
+    def _key(self) -> str:
+        return repr(sorted((k, repr(v)) for k, v in self.admin_only().items()))
 
     def consumer(self, group_id: str, **settings: Any) -> Any:
         return Consumer({**self.admin_only(), "group.id": group_id, **settings})

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from twopc import SourceOffsets, StoredBatch, TargetMarker
 from twopc_kafka._clients import KafkaClients
@@ -82,14 +82,28 @@ class Markers:
         return int(position.offset) - 1
 
     def _read(self, group: str) -> TopicPartition:
-        consumer = self.clients.consumer(
-            group, **{"enable.auto.commit": False, "isolation.level": "read_committed"}
-        )
+        """The group's committed offset on the marker topic, through this process's shared
+        admin client (a consumer per read cost a connection and a coordinator lookup per
+        task), asked to be stable: an offset a transaction still holds is waited for
+        (``UNSTABLE_OFFSET_COMMIT``, retried like a busy coordinator), never read past."""
+        timeout = self.clients.timeout
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(self.topic, 0)])
         try:
-            (position,) = consumer.committed([TopicPartition(self.topic, 0)], self.clients.timeout)
-        finally:
-            consumer.close()
+            futures = self.clients.shared_admin().list_consumer_group_offsets(
+                [request], require_stable=True, request_timeout=timeout
+            )
+            result = futures[group].result(timeout)
+        except KafkaException:
+            raise
+        except Exception as exc:  # the future's timeout, a client gone after a failure
+            self.clients.forget_shared()
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, str(exc))) from exc
+        (position,) = result.topic_partitions
         if position.error is not None:
+            if position.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:
+                raise KafkaException(
+                    KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "unstable offset")
+                )
             raise KafkaException(position.error)
         return position  # type: ignore[no-any-return]
 

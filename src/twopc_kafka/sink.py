@@ -318,24 +318,27 @@ class KafkaSink(
         """Fail clearly on a missing topic instead of letting the broker auto-create it."""
         if topic in self._known_topics:
             return
-        self._read_topics()
+        self._read_topics()  # this process's list, if recent
+        if topic not in self._known_topics:
+            self._read_topics(refresh=True)  # the cluster's, now
         if topic not in self._known_topics:
             raise PermanentSinkError(
                 f"topic {topic!r} does not exist on {self.bootstrap_servers}; create it first"
             )
 
-    def _read_topics(self) -> None:
-        """The cluster's topics and partition counts (listing all topics never creates one)."""
+    def _read_topics(self, *, refresh: bool = False) -> None:
+        """The cluster's topics and partition counts (listing all topics never creates one),
+        as this process read them within the last minute unless ``refresh``."""
         try:
-            metadata = self.clients.admin().list_topics(timeout=self.timeout)
+            self._known_topics = self.clients.topics(refresh=refresh)
         except KafkaException as exc:
+            self.clients.forget_shared()
             raise error(exc, f"cannot read metadata from {self.bootstrap_servers}") from exc
-        self._known_topics = {name: len(t.partitions) for name, t in metadata.topics.items()}
 
     def _partition_count(self, topic: str, refresh: bool) -> int:
         """How many partitions ``topic`` has; read from the brokers again with ``refresh``."""
         if refresh or topic not in self._known_topics:
-            self._read_topics()
+            self._read_topics(refresh=True)
         return self._known_topics.get(topic, 0)
 
     def invoke(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
