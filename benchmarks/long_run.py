@@ -65,12 +65,54 @@ def _tables(batch_id: int, partitions: int, rows: int) -> list[pa.Table]:
     ]
 
 
+MARKERS = "bench_long_run_markers"
+"""The marker table of the SQL sinks' long runs (dropped before and after a run)."""
+
+
 def _sink(name: str, work: Path) -> twopc.Sink[Any]:
     if name == "files":
         return twopc.create_sink("files", path=str(work / "out"))
+    if name in ("postgres", "mysql"):
+        _reset_sql(name)
+        return twopc.create_sink(
+            name, dsn=_dsn(name), table="bench_long_run", marker_table=MARKERS, create_table=True
+        )
     from benchmarks.coordination import NullSink
 
     return NullSink()
+
+
+def _dsn(name: str) -> str:
+    from benchmarks.spark_writers.config import Endpoints
+
+    endpoints = Endpoints.from_services(start=True)
+    return endpoints.postgres_dsn if name == "postgres" else endpoints.mysql_dsn
+
+
+def _sql(name: str, statement: str) -> list[tuple[Any, ...]]:
+    """One statement on the services' server, through the sink's own connection."""
+    sink = twopc.create_sink(name, dsn=_dsn(name), table="bench_long_run")
+    conn = sink.connect(autocommit=True)  # type: ignore[attr-defined]
+    try:
+        cursor = conn.cursor()
+        cursor.execute(statement)
+        return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        conn.close()
+
+
+def _reset_sql(name: str) -> None:
+    for table in ("bench_long_run", MARKERS, f"{MARKERS}_writers"):
+        _sql(name, f"DROP TABLE IF EXISTS {table}")
+
+
+def target_rows(name: str) -> dict[str, int]:
+    """What grows in the target: the marker table's rows (SQL sinks); nothing else is
+    counted."""
+    if name not in ("postgres", "mysql"):
+        return {}
+    (count,) = _sql(name, f"SELECT count(*) FROM {MARKERS}")[0]
+    return {"marker_rows": int(count)}
 
 
 class _FsyncClock:
@@ -223,6 +265,7 @@ def measure(
                         "window": len(recent),
                         "log": log_size(log_dir),
                         "log_batches": metrics.commit_log_batches,
+                        **target_rows(sink_name),
                         "elapsed_seconds": round(time.perf_counter() - started, 1),
                     }
                 )
@@ -241,6 +284,8 @@ def measure(
         stack.close()
         elapsed = time.perf_counter() - started
         writer.close()
+        if sink_name in ("postgres", "mysql"):
+            _reset_sql(sink_name)
     return {
         "sink": sink_name,
         "entry": "twopc.local.foreach_batch(processes=False): the writer, phase 1 inline",
@@ -293,6 +338,7 @@ def describe(result: dict[str, Any]) -> str:
             f"(p95 {m['p95_ms']:.3f}, CPU {m['cpu_median_ms']:.3f}, fsync waits "
             f"{m['fsync_median_ms']:.3f} in {m['fsyncs_per_batch']:g} calls), commit log "
             f"{m['log']['files']} files, {m['log']['bytes']:,} bytes"
+            + (f", marker rows {m['marker_rows']:,}" if "marker_rows" in m else "")
         )
     lines.append(
         f"  time flat: {result['time_flat']} (limit {result['time_limit_ms']} ms); without "
@@ -311,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.long_run", description=__doc__)
     parser.add_argument("--batches", type=int, default=10_000)
     parser.add_argument("--at", type=_ints, default=(10, 1_000, 10_000), help="marks")
-    parser.add_argument("--sink", choices=["files", "null"], default="files")
+    parser.add_argument("--sink", choices=["files", "null", "postgres", "mysql"], default="files")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rows", type=int, default=5, help="rows per partition")
     parser.add_argument("--window", type=int, default=100, help="batches per median")

@@ -328,8 +328,7 @@ def _point(
         work = config.work_dir / "wide-log" / name / side
         _, took = run_once(spark, target, side, warm=warm, data=data, work=work, caller=caller)
         seconds[side] = round(took, 4)
-        if side.startswith("twopc"):
-            driver_ms[side] = round((took - spent[-1]) * 1000, 1)
+        driver_ms[side] = round((took - spent[-1]) * 1000, 1)
         _log.info("%s width %d %s: %.2f s", name, width, side, took)
     target.reset()
     return {
@@ -360,9 +359,15 @@ def _summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "max": max(ratios),
                 "driver_own_ms_median": round(statistics.median(drivers), 1),
             }
+        entry["spark_driver_own_ms_median"] = round(
+            statistics.median(p["driver_own_ms"].get("spark", 0.0) for p in points), 1
+        )
         goal = GOALS.get((target, width))
         if goal is not None:
-            best = max(entry[s]["median"] for s in ("twopc", "twopc_max") if s in entry)
+            # files: as it comes (max_tasks would write fewer, larger files: another output);
+            # SQL: max_tasks is the documented way to write wide batches where the mode takes it
+            judged = ("twopc",) if target.startswith("files") else ("twopc", "twopc_max")
+            best = max(entry[s]["median"] for s in judged if s in entry)
             entry["goal"] = {"minimum": goal, "met": best >= goal, "best_median": best}
         summary.append(entry)
     return summary
@@ -406,7 +411,7 @@ def render(result: dict[str, Any]) -> str:
         "(Spark's default parallelism). Driver = twopc's time outside its Spark jobs (median, ms).",
         "",
         "| target | partitions | twopc: runs | median | twopc `max_tasks`: runs | median "
-        "| driver ms (twopc / max) | goal |",
+        "| driver ms (twopc / max / Spark) | goal |",
         "|---|---:|---|---:|---|---:|---:|---|",
     ]
     for p in result["points"]:
@@ -427,7 +432,8 @@ def render(result: dict[str, Any]) -> str:
                 else "no: one task, or commits in its tasks | | "
             )
             + f"{plain.get('driver_own_ms_median', 0):.0f}"
-            + (f" / {coalesced['driver_own_ms_median']:.0f}" if coalesced else "")
+            + (f" / {coalesced['driver_own_ms_median']:.0f}" if coalesced else " / -")
+            + f" / {p.get('spark_driver_own_ms_median', 0):.0f}"
             + f" | {verdict} |"
         )
     return "\n".join(lines)

@@ -203,6 +203,14 @@ class SinkGroup(Sink[None], CommitsOnDriver, TracksWriters):
                 units += [[c] for c in mine]
         return units
 
+    def forget_markers(self, sink_id: str, query_id: str, before_batch: int) -> int:
+        """Each member's markers, under its own sink id."""
+        ids = self.member_ids(sink_id)
+        return sum(
+            member.sink.forget_markers(ids[name], query_id, before_batch)
+            for name, member in self.members.items()
+        )
+
     def commits_concurrently(self) -> bool:
         """Whether every member that commits on the driver commits concurrently (the
         driver then commits each member's share side by side, member after member)."""

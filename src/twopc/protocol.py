@@ -187,6 +187,17 @@ class Sink(ABC, Generic[TxnT]):
         """
         return ()
 
+    def forget_markers(self, sink_id: str, query_id: str, before_batch: int) -> int:
+        """Optional: delete the target's markers of ``query_id``'s batches before
+        ``before_batch``; returns how many went. The driver calls it every
+        ``MARKER_PRUNE_EVERY`` batches with the oldest batch its commit log still keeps
+        (``log_retention`` batches back): only a query's latest batch is ever replayed,
+        and its markers, and the commit log's, stay. A sink whose markers grow with every
+        batch (a row per partition and batch) implements it; one that overwrites them (a
+        consumer group's offset) need not. Errors are logged, never fail the batch.
+        Default: nothing."""
+        return 0
+
     def work_timeout(self) -> WorkTimeout | None:
         """How old a transaction this sink leaves open may get before the target aborts
         it (Kafka's ``transaction.timeout.ms``); ``None``: the target aborts none. Asked in

@@ -631,6 +631,20 @@ class SqlSink(
         """Whether a driver error says the table (or its schema) does not exist."""
 
     @abstractmethod
+    def delete_markers(self, conn: Any, sink_id: str, query_id: str, before_batch: int) -> int:
+        """Delete the marker rows of the query's batches before ``before_batch``."""
+
+    @masked
+    def forget_markers(self, sink_id: str, query_id: str, before_batch: int) -> int:
+        """One ``DELETE`` of the marker rows the driver no longer needs (see
+        :meth:`twopc.Sink.forget_markers`), on a connection of its own."""
+        conn = self.connect(autocommit=True)
+        try:
+            return self.delete_markers(conn, sink_id, query_id, before_batch)
+        finally:
+            _close_quietly(conn)
+
+    @abstractmethod
     def read_limits(self, conn: Any) -> list[WorkLimit]:
         """The server's limits on what a batch holds at once (see :mod:`._limits`)."""
 

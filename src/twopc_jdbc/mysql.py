@@ -506,6 +506,16 @@ class MySQLSink(SqlSink):
             if own:
                 _close_quietly(conn)
 
+    def delete_markers(self, conn: Any, sink_id: str, query_id: str, before_batch: int) -> int:
+        with conn.cursor() as cursor:
+            return int(
+                cursor.execute(
+                    f"DELETE FROM {_table(self.options.marker_table)} "
+                    "WHERE sink_id = %s AND query_id = %s AND batch_id < %s",
+                    (sink_id, query_id, before_batch),
+                )
+            )
+
     def read_limits(self, conn: Any) -> list[WorkLimit]:
         with conn.cursor() as cursor:
             return mysql_limits(cursor)

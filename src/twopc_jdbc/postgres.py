@@ -475,6 +475,15 @@ class PostgresSink(SqlSink):
             if own:
                 _close_quietly(conn)
 
+    def delete_markers(self, conn: Any, sink_id: str, query_id: str, before_batch: int) -> int:
+        cursor = conn.execute(
+            sql.SQL("DELETE FROM {} WHERE sink_id = %s AND query_id = %s AND batch_id < %s").format(
+                self._ident(self.options.marker_table)
+            ),
+            (sink_id, query_id, before_batch),
+        )
+        return int(cursor.rowcount or 0)
+
     def read_limits(self, conn: Any) -> list[WorkLimit]:
         return postgres_limits(conn, two_phase=self.two_phase)
 

@@ -40,6 +40,9 @@ __all__ = [
 
 _log = logging.getLogger("twopc")
 
+MARKER_PRUNE_EVERY = 100
+"""Batches between two prunings of the target's markers (one statement each time)."""
+
 DEFAULT_COMMIT_PARALLELISM = 8
 """Commit calls the driver runs at once in phase 2 by default (a sink that commits
 concurrently): a 60-partition PostgreSQL batch commits in about a tenth of the time it
@@ -391,10 +394,37 @@ class Decider:
         """Forget finished batches older than the retention; replays only ever concern the
         latest batch, and the ordering check only needs the newest decision. ``finished``:
         the query's finished batches as the batch's one listing saw them (a batch finished
-        since is forgotten after the next batch)."""
+        since is forgotten after the next batch). Every :data:`MARKER_PRUNE_EVERY` batches
+        the target's markers older than the retention go too
+        (:meth:`~twopc.Sink.forget_markers`)."""
         done = self._beyond_retention(batch_id, finished)
         if done:
             self.commit_log.forget(query_id, done)
+        horizon = batch_id - self.log_retention
+        if horizon > 0 and batch_id % MARKER_PRUNE_EVERY == 0:
+            self._forget_markers(query_id, horizon)
+
+    def _forget_markers(self, query_id: str, before_batch: int) -> None:
+        try:
+            gone = self.sink.forget_markers(self.sink_id, query_id, before_batch)
+        except Exception as exc:
+            _log.warning(
+                "twopc sink=%s: deleting the markers of query %s's batches before %d "
+                "failed (%s); the next pruning tries again",
+                self.sink_id,
+                query_id,
+                before_batch,
+                describe_exception(exc),
+            )
+            return
+        if gone:
+            _log.info(
+                "twopc sink=%s: deleted %d marker(s) of query %s's batches before %d",
+                self.sink_id,
+                gone,
+                query_id,
+                before_batch,
+            )
 
     def _beyond_retention(self, batch_id: int, finished: Sequence[int]) -> list[int]:
         horizon = batch_id - self.log_retention
