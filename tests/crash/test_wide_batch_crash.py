@@ -5,7 +5,9 @@ checkpoint, and the target read back: every id once, nothing prepared or staged.
 
 CI runs MariaDB ``two_phase`` killed between its commits (200 XA branches, the first
 committed, the others committed side by side by the restart's recovery); ``--extended``
-runs every backend and mode, PostgreSQL ``two_phase`` with ``max_tasks=60`` (the test
+runs every backend and mode, in-task sinks hashed into 8 tasks by ``max_tasks`` (their
+replays must see the same rows in each partition), PostgreSQL ``two_phase`` with
+``max_tasks=60`` (the test
 server's ``max_prepared_transactions`` is 64: without it the batch is refused before any
 task runs, which the first case here shows through Spark).
 """
@@ -71,6 +73,8 @@ CASES = [
     _case("postgres", "transaction", CrashPoint.BEFORE_DECISION),
     _case("files", "parquet", CrashPoint.BETWEEN_COMMITS),
     _case("kafka", "per_partition", CrashPoint.BEFORE_DECISION),
+    _case("kafka", "per_partition", CrashPoint.BEFORE_DECISION, max_tasks=8),
+    _case("postgres", "transaction", CrashPoint.BEFORE_DECISION, max_tasks=8),
     _case("kafka", "atomic", CrashPoint.AFTER_DECISION),
     _case("iceberg", "sqlite", CrashPoint.AFTER_DECISION),
 ]

@@ -1,14 +1,14 @@
-"""``max_tasks`` (issue 46) is checked against the sink when the writer is made: taken by
-sinks that commit on the driver, by key or in one task; refused, with the reason and the
-alternatives, by sinks that commit each partition in its own task and do not partition by
-key (a replay must see the same rows in each partition, which ``coalesce`` does not
-promise)."""
+"""``max_tasks`` (issue 46): every sink takes it; how a wider batch is fitted into that
+many tasks depends on the sink (coalesced for a driver commit, hashed by key for upserts,
+hashed by the rows' values for sinks that commit in their tasks, one task for a single-task
+sink)."""
 
 from __future__ import annotations
 
 import pytest
 
 import twopc
+from twopc._engines.batch_shape import Narrowing, narrows
 from twopc.testing import MemoryDriverSink, MemoryTaskSink
 
 pytestmark = pytest.mark.unit
@@ -45,26 +45,44 @@ def test_sinks_whose_tasks_can_be_merged_take_max_tasks(sink: object) -> None:
 
 
 @pytest.mark.parametrize(
-    "sink",
+    ("sink", "expected"),
     [
-        pytest.param(lambda: MemoryTaskSink("unused"), id="memory-task"),
+        pytest.param(lambda: MemoryDriverSink("unused"), Narrowing(8), id="driver: coalesced"),
         pytest.param(
-            lambda: twopc.create_sink("postgres", dsn=DSN, table="t"), id="postgres-transaction"
+            lambda: MemoryTaskSink("unused"), Narrowing(8, by_rows=True), id="in-task: hashed"
+        ),
+        pytest.param(
+            lambda: twopc.create_sink("postgres", dsn=DSN, table="t"),
+            Narrowing(8, by_rows=True),
+            id="postgres-transaction: hashed by row",
         ),
         pytest.param(
             lambda: twopc.create_sink(
                 "kafka", bootstrap_servers="k:9092", topic="t", mode="per_partition"
             ),
-            id="kafka-per_partition",
+            Narrowing(8, by_rows=True),
+            id="kafka-per_partition: hashed by row",
+        ),
+        pytest.param(
+            lambda: twopc.create_sink(
+                "postgres", dsn=DSN, table="t", mode="upsert", key_columns=["id"]
+            ),
+            None,
+            id="upsert: by key, before the engine",
+        ),
+        pytest.param(
+            lambda: twopc.create_sink(
+                "kafka", bootstrap_servers="k:9092", topic="t", mode="atomic"
+            ),
+            None,
+            id="atomic: one task anyway",
         ),
     ],
 )
-def test_sinks_that_commit_each_partition_in_its_task_refuse_it(sink: object) -> None:
-    with pytest.raises(twopc.ConfigurationError) as caught:
-        twopc.foreach_batch(sink(), "orders", max_tasks=8)  # type: ignore[operator]
-    message = str(caught.value)
-    assert "commits each partition in its own task" in message
-    assert "transaction_mode='two_phase'" in message and "spark.sql.shuffle.partitions" in message
+def test_how_each_sink_is_narrowed(sink: object, expected: Narrowing | None) -> None:
+    """Sinks that commit in their tasks are hashed by the rows' values (a replay must see
+    the same rows in each partition, which coalesce does not promise)."""
+    assert narrows(sink(), 8) == expected  # type: ignore[operator]
 
 
 def test_a_group_takes_it_when_every_member_does() -> None:

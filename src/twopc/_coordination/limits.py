@@ -155,7 +155,7 @@ def _refusal(
         )
         fewer = (
             f"run at most {limit.allowed} tasks at once (fewer executor cores, or "
-            f"max_tasks={limit.allowed} where the sink commits on the driver)"
+            f"foreach_batch(..., max_tasks={limit.allowed}))"
         )
     return (
         f"{shape}, but the target's {limit.setting} allows only {limit.allowed}; nothing of "

@@ -116,7 +116,7 @@ def write_batch(
     """
     check_batch_sink(sink, sink_id)
     key = validate_write_id(write_id, sink_id)
-    check_max_tasks(sink, max_tasks)
+    check_max_tasks(max_tasks)
     options = WriterOptions(
         commit_log=commit_log,
         storage_options=storage_options,
@@ -157,5 +157,5 @@ def _engine(sink: Sink[Any], sink_id: str, df: DataFrame, max_tasks: int | None)
         arrange_for(sink, df, max_tasks),
         spark_write=spark_write,
         evaluate_replays=False,
-        max_tasks=narrows(sink, max_tasks),
+        narrowing=narrows(sink, max_tasks),
     )

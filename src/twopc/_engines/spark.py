@@ -21,7 +21,7 @@ from twopc._contract.retry import RetryPolicy
 from twopc._coordination.deciding import DEFAULT_COMMIT_PARALLELISM
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.group_engine import GroupEngine
-from twopc._engines.batch_shape import arrange_for, check_max_tasks, narrows
+from twopc._engines.batch_shape import Narrowing, arrange_for, check_max_tasks, narrows
 from twopc._engines.checkpoint import planned_input, query_id_of
 from twopc._engines.spark_engine import JobTracker, SparkEngine, is_connect_session
 from twopc._engines.writer import BatchWriter, MetricsCallback, WriterOptions
@@ -108,7 +108,7 @@ class SparkBatchWriter(BatchWriter):
         max_tasks: int | None = None,
     ) -> None:
         super().__init__(sink, sink_id, options)
-        self._max_tasks = check_max_tasks(sink, max_tasks)
+        self._max_tasks = check_max_tasks(max_tasks)
         self._background_commit = background_commit
         # a group's members each read the batch: cached, they read it once and the same
         self._persist = persist or isinstance(sink, SinkGroup)
@@ -174,14 +174,14 @@ class SparkBatchWriter(BatchWriter):
         return self._spark_engine(frame, self._spark_write, narrows(self.sink, self._max_tasks))
 
     def _spark_engine(
-        self, frame: DataFrame, spark_write: WritesWithSpark | None, max_tasks: int | None
+        self, frame: DataFrame, spark_write: WritesWithSpark | None, narrowing: Narrowing | None
     ) -> SparkEngine:
         return SparkEngine(
             frame,
             speculation=bool(self._speculation),
             spark_write=spark_write,
             tracker=self._tracker,
-            max_tasks=max_tasks,
+            narrowing=narrowing,
         )
 
     def _choose_phase1(self) -> None:
@@ -352,11 +352,12 @@ def foreach_batch(
             (the files and SQL sinks, groups of them; default 8; 1: one partition after
             another).
         max_tasks: run phase 1 in at most this many tasks: a batch of more partitions is
-            coalesced first (no shuffle; a sink with key columns, e.g. an upsert, is
-            repartitioned by its keys into this many). Fewer transactions, connections and
-            prepared transactions per batch, and Spark's cost per task paid fewer times.
-            Default: one task per partition of the batch. For sinks that commit on the
-            driver, or by key; see docs/entry-points.md, "Wide batches".
+            coalesced first where the sink commits on the driver (no shuffle), else hashed
+            into this many partitions by its keys (upserts) or by the rows' values (sinks
+            that commit in their tasks: a replay must see the same rows in each
+            partition). Fewer transactions, connections and prepared transactions per
+            batch, and Spark's cost per task paid fewer times. Default: one task per
+            partition of the batch; see docs/entry-points.md, "Wide batches".
 
     Call ``writer.close()`` after ``query.stop()``: it waits for a commit still running
     in the background and removes the liveness record that makes ``twopc recover`` refuse

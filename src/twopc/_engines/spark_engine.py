@@ -18,6 +18,7 @@ from twopc._contract.retry import wait_until
 from twopc._coordination.engine import BatchEngine
 from twopc._coordination.phase1 import Phase1Task
 from twopc._coordination.reports import TaskOutcome, TaskReport
+from twopc._engines.batch_shape import Narrowing
 from twopc._engines.job_tracker import JobTracker, is_connect_session
 from twopc._engines.run_location import run_location_options
 from twopc.errors import PermanentSinkError, SinkError
@@ -64,11 +65,12 @@ class SparkEngine(BatchEngine):
         spark_write: WritesWithSpark | None = None,
         tracker: JobTracker | None = None,
         evaluate_replays: bool = True,
-        max_tasks: int | None = None,
+        narrowing: Narrowing | None = None,
     ) -> None:
         self._df = df
-        self._max_tasks = max_tasks
-        """Coalesce a wider batch to this many partitions before phase 1 (``max_tasks``)."""
+        self._narrowing = narrowing
+        """How a wider batch is fitted into ``max_tasks`` partitions before phase 1."""
+        self._max_tasks = narrowing.tasks if narrowing is not None else None
         self._planned: int | None = None
         """The batch's own partition count, once read."""
         self._narrowed = False
@@ -182,17 +184,23 @@ class SparkEngine(BatchEngine):
         return False
 
     def _narrow(self) -> None:
-        """With ``max_tasks``, a wider batch coalesced to that many partitions (Spark's
-        ``coalesce``: no shuffle, each task reads several of the batch's partitions in
-        turn). Only for sinks whose prepared work commits on the driver: a replay of a batch
-        that committed nothing may group the partitions otherwise (``coalesce`` follows
-        where their data lives) without harm."""
-        if self._max_tasks is None or self._narrowed:
+        """With ``max_tasks``, a wider batch fitted into that many partitions
+        (:class:`~twopc._engines.batch_shape.Narrowing`): coalesced (no shuffle, each task
+        reads several of the batch's partitions in turn) where the sink commits on the
+        driver, so that a replay grouping the partitions otherwise commits nothing twice;
+        hashed by every column Spark can hash where the sink commits in its tasks."""
+        narrowing = self._narrowing
+        if narrowing is None or self._narrowed:
             return
         self._narrowed = True  # once, for every job of this batch
         count = self.partition_count()
-        if count is None or (self._planned or 0) > count:
-            self._df = self._df.coalesce(self._max_tasks)
+        if count is not None and (self._planned or 0) <= count:
+            return
+        if not narrowing.by_rows:
+            self._df = self._df.coalesce(narrowing.tasks)
+            return
+        columns = [name for name, kind in self._df.dtypes if not kind.startswith("map<")]
+        self._df = self._df.repartition(narrowing.tasks, *columns)
 
     def run_phase1(self, task: Phase1Task) -> list[TaskReport]:
         self._narrow()
