@@ -123,6 +123,20 @@ _RECORD_LOCK = threading.Lock()
 """Held while a commit merges a schema into the output's record: the driver commits a
 batch's partitions in several threads (read, merge and write must not interleave)."""
 
+
+@dataclass
+class _CommitCall:
+    """What one ``commit`` call's promotions leave to its end: the directories to sync
+    (each once) and the staging areas to remove after that sync."""
+
+    moved_into: set[str] = field(default_factory=set)
+    stagings: list[str] = field(default_factory=list)
+
+
+_COMMIT_CALLS = threading.local()
+"""The ``_CommitCall`` of the commit running in this thread (the driver commits shares of
+a batch in several threads at once), if any."""
+
 _DEFAULT_FILE_SIZE = 128 * 1024 * 1024
 
 
@@ -899,13 +913,19 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         """Promote each committable's files, then sync the directories they moved into,
         each once (the driver hands a call a share of a batch's committables, often into
-        the same directory)."""
-        moved_into: set[str] = set()
-        outcomes = [self._commit_one(c, moved_into) for c in committables]
+        the same directory), and only then remove their staging areas."""
+        call = _CommitCall()
+        _COMMIT_CALLS.current = call
         try:
-            fsync_files((), sorted(moved_into))
+            outcomes = [self._commit_one(c) for c in committables]
+        finally:
+            _COMMIT_CALLS.current = None
+        try:
+            fsync_files((), sorted(call.moved_into))
         except OSError as exc:
             raise TransientSinkError(f"syncing promoted files failed: {exc}") from exc
+        for staging in call.stagings:
+            self._remove(staging)
         return outcomes
 
     def commits_concurrently(self) -> bool:
@@ -913,17 +933,18 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
         they share is merged under a lock."""
         return True
 
-    def _commit_one(self, committable: Committable, moved_into: set[str]) -> CommitOutcome:
+    def _commit_one(self, committable: Committable) -> CommitOutcome:
         try:
-            return self._promote(committable, moved_into)
+            return self._promote(committable)
         except OSError as exc:
             # Object stores and network filesystems fail transiently; promotion is
             # idempotent, so the coordinator may simply retry it.
             raise TransientSinkError(f"promoting staged files failed: {exc}") from exc
 
-    def _promote(self, committable: Committable, moved_into: set[str]) -> CommitOutcome:
-        """Move the committable's staged files to their final names; the local
-        directories they moved into go to ``moved_into``, for the caller to sync."""
+    def _promote(self, committable: Committable) -> CommitOutcome:
+        """Move the committable's staged files to their final names, sync the local
+        directories they moved into and remove the staging area; inside ``commit`` the
+        syncs and removals wait for the end of the call, to sync each directory once."""
         payload = FilesPayload.of(committable)
         self._widen_record(payload)
         moved = 0
@@ -941,10 +962,19 @@ class FilesSink(Sink[FilesTransaction], CommitsOnDriver, WritesWithSpark):
                     f"neither the staged file {entry.staged} nor its final file "
                     f"{entry.final} exists; the staging area was modified outside twopc"
                 )
-        if moved and is_local(self.fs):
-            moved_into.update(self._abs(e.final).rsplit("/", 1)[0] for e in payload.files)
+        moved_into = (
+            {self._abs(e.final).rsplit("/", 1)[0] for e in payload.files}
+            if moved and is_local(self.fs)
+            else set()
+        )
         had_staging = self.fs.exists(self._abs(payload.staging))
-        self._remove(payload.staging)
+        call: _CommitCall | None = getattr(_COMMIT_CALLS, "current", None)
+        if call is None:
+            fsync_files((), sorted(moved_into))
+            self._remove(payload.staging)
+        else:
+            call.moved_into.update(moved_into)
+            call.stagings.append(payload.staging)
         if moved or had_staging:
             return CommitOutcome.COMMITTED
         return CommitOutcome.ALREADY_COMMITTED
