@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -490,18 +491,24 @@ class MySQLSink(SqlSink):
             cursor.execute("XA ROLLBACK %s, %s", (txn.xid.gtrid, txn.xid.bqual))
 
     def _xa(self, verb: str, xid: TransactionId, conn: Any = None) -> bool:
+        """``XA COMMIT`` or ``XA ROLLBACK`` of a prepared branch: False when the server
+        does not know it. A ``COMMIT`` waits for a branch whose session is still
+        closing (:func:`_wait_detached`)."""
         own = conn is None
         if own:
             # XA COMMIT of a detached branch needs autocommit
             conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
-                cursor.execute(f"XA {verb} %s, %s", (xid.gtrid, xid.bqual))
+                statement = f"XA {verb} %s, %s"
+                try:
+                    cursor.execute(statement, (xid.gtrid, xid.bqual))
+                except pymysql.MySQLError as exc:
+                    if _code(exc) != _XAER_NOTA:
+                        raise
+                    if verb != "COMMIT" or not _wait_detached(cursor, xid, statement):
+                        return False
             return True
-        except pymysql.MySQLError as exc:
-            if _code(exc) == _XAER_NOTA:
-                return False
-            raise
         finally:
             if own:
                 _close_quietly(conn)
@@ -536,19 +543,10 @@ class MySQLSink(SqlSink):
             conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cursor:
-                cursor.execute("XA RECOVER")
-                rows = cursor.fetchall()
+                return [xid for xid in _recovered(cursor) if xid.gtrid.startswith(prefix)]
         finally:
             if own:
                 _close_quietly(conn)
-        found = []
-        for _format_id, gtrid_length, bqual_length, data in rows:
-            raw = data.decode() if isinstance(data, bytes | bytearray) else str(data)
-            gtrid = raw[: int(gtrid_length)]
-            bqual = raw[int(gtrid_length) : int(gtrid_length) + int(bqual_length)]
-            if gtrid.startswith(prefix):
-                found.append(TransactionId(gtrid, bqual))
-        return found
 
     # -- the writer registry ----------------------------------------------------------------
     # Each call runs on a connection of its own in autocommit (SqlSink.record_writer): never
@@ -920,6 +918,60 @@ def _coerce(value: Any) -> Any:
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     return value
+
+
+_DETACH_WAIT_SECONDS = 10.0
+"""How long a commit waits for a prepared branch's session to let go of it."""
+
+
+def _wait_detached(cursor: Any, xid: TransactionId, statement: str) -> bool:
+    """Run ``statement`` (an ``XA COMMIT``) again until the branch's session lets go of it.
+
+    MariaDB hands a prepared branch to other sessions only once the session that prepared
+    it has disconnected; until then ``XA COMMIT`` from another session answers
+    ``XAER_NOTA`` although ``XA RECOVER`` lists the branch. A task closes its connection
+    right after ``XA PREPARE``, but the server may finish that disconnect after the driver,
+    which commits as soon as the batch is decided, asks (measured: a 2-task batch of
+    200,000 rows). False when the branch is not prepared at all; a
+    ``TransientSinkError`` (the commit is retried) when its session still holds it after
+    ``_DETACH_WAIT_SECONDS``.
+    """
+    deadline = time.monotonic() + _DETACH_WAIT_SECONDS
+    pause = 0.005
+    while _listed(cursor, xid):
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+        try:
+            cursor.execute(statement, (xid.gtrid, xid.bqual))
+            return True
+        except pymysql.MySQLError as exc:
+            if _code(exc) != _XAER_NOTA:
+                raise
+        if time.monotonic() > deadline:
+            raise TransientSinkError(
+                f"prepared branch xid '{xid.gtrid}','{xid.bqual}' is still held by a "
+                f"connected session after {_DETACH_WAIT_SECONDS:g} s (MariaDB lets another "
+                "session commit a branch only once the one that prepared it disconnected)"
+            )
+    return False
+
+
+def _listed(cursor: Any, xid: TransactionId) -> bool:
+    """Whether ``XA RECOVER`` lists the branch ``xid`` as prepared."""
+    return xid in _recovered(cursor)
+
+
+def _recovered(cursor: Any) -> list[TransactionId]:
+    """The prepared branches ``XA RECOVER`` lists (every sink's)."""
+    cursor.execute("XA RECOVER")
+    found = []
+    for _format_id, gtrid_length, bqual_length, data in cursor.fetchall():
+        raw = data.decode() if isinstance(data, bytes | bytearray) else str(data)
+        gtrid = raw[: int(gtrid_length)]
+        found.append(
+            TransactionId(gtrid, raw[int(gtrid_length) : int(gtrid_length) + int(bqual_length)])
+        )
+    return found
 
 
 def _code(exc: BaseException) -> int | None:

@@ -7,6 +7,7 @@ branch, and ``LOAD DATA LOCAL`` turning bad values into warnings that must fail 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +54,54 @@ class TestMariaDbSink(SqlSinkCases):
             "at": "datetime",
             "amount": "decimal",
         }
+
+    def test_commit_waits_for_the_preparing_session_to_let_go(
+        self, db: Db, env: Env, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """MariaDB lets another session commit a prepared branch only once the session
+        that prepared it has disconnected (until then: XAER_NOTA, although XA RECOVER
+        lists it). A task's disconnect that the server finishes after the driver's commit
+        must not be taken for a lost branch: the commit waits for it; a session that keeps
+        holding the branch makes the commit fail transiently, and its retry commits."""
+        import twopc_jdbc._base as base
+        from twopc_jdbc import mysql
+
+        table = env.table()
+        db.create(table, "id bigint")
+        sid = env.sink_id()
+        sink = env.sink(table, transaction_mode="two_phase")
+        held: list[Any] = []
+        monkeypatch.setattr(base, "_close_quietly", held.append)  # the task keeps its session
+        txn = sink.begin_transaction(env.ctx(sid))
+        with in_task(txn.ctx):
+            sink.invoke(txn, batch(id=[1, 2]))
+            committable = sink.pre_commit(txn)
+        monkeypatch.undo()
+        assert len(held) == 1
+        timer = threading.Timer(0.3, held[0].close)  # the disconnect, finished late
+        timer.start()
+        try:
+            assert sink.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+        finally:
+            timer.join()
+        assert db.rows(table) == [(1,), (2,)]
+
+        table2 = env.table("held")
+        db.create(table2, "id bigint")
+        sink2 = env.sink(table2, transaction_mode="two_phase")
+        monkeypatch.setattr(base, "_close_quietly", held.append)
+        txn = sink2.begin_transaction(env.ctx(sid, batch_id=1))
+        with in_task(txn.ctx):
+            sink2.invoke(txn, batch(id=[3]))
+            committable = sink2.pre_commit(txn)
+        monkeypatch.undo()
+        monkeypatch.setattr(mysql, "_DETACH_WAIT_SECONDS", 0.3)
+        with pytest.raises(twopc.TransientSinkError, match="still held by a connected session"):
+            sink2.commit([committable])
+        assert db.rows(table2) == []
+        held[-1].close()
+        assert sink2.commit([committable]) == [twopc.CommitOutcome.COMMITTED]
+        assert db.rows(table2) == [(3,)]
 
     def test_an_xid_a_dying_attempt_still_holds_is_a_transient_error(
         self, db: Db, env: Env
