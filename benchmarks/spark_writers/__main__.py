@@ -5,6 +5,7 @@
         --output /tmp/smoke.json --no-docs                 # a smoke run
     python -m benchmarks.spark_writers render              # docs table from the JSON
     python -m benchmarks.spark_writers --master standalone # all on a standalone cluster
+    python -m benchmarks.spark_writers --runs 3            # three full runs, medians judged
 
 See docs/benchmarks.md for what is measured and how.
 """
@@ -55,6 +56,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=d.rows, help="rows of the main workload")
     parser.add_argument("--partitions", type=int, default=d.partitions)
     parser.add_argument("--reps", type=int, default=d.reps, help="timed runs per writer")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="full runs of the selected targets, one after the other; the JSON keeps every "
+        "run and each ratio's median and min-max, goals judged on the median (issue 47)",
+    )
     parser.add_argument(
         "--warmup-runs",
         type=int,
@@ -196,6 +204,25 @@ def run(config: BenchConfig, endpoints: Endpoints, command: str) -> dict[str, An
     return payload
 
 
+def run_all(
+    config: BenchConfig, endpoints: Endpoints, command: str, runs: int, output: Path
+) -> dict[str, Any]:
+    """``runs`` full runs, one after the other; more than one are combined (``spread``),
+    and the JSON is written after each so a stopped series keeps what it measured."""
+    from benchmarks.spark_writers import report, spread
+
+    if runs < 1:
+        raise SystemExit(f"--runs must be at least 1, not {runs}")
+    if runs == 1:
+        return run(config, endpoints, command)
+    done: list[dict[str, Any]] = []
+    for number in range(1, runs + 1):
+        logging.info("run %d of %d", number, runs)
+        done.append(run(config, endpoints, command))
+        report.write_json(output, spread.combine(done, command))
+    return spread.combine(done, command)
+
+
 def _measure(
     config: BenchConfig, endpoints: Endpoints, master: str, conf: dict[str, str]
 ) -> dict[str, Any]:
@@ -315,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.master == "standalone":
         # SIGTERM as an exception, so that the cluster is stopped on the way out
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    payload = run(config, endpoints, command.strip())
+    payload = run_all(config, endpoints, command.strip(), args.runs, args.output)
     if args.long_run_batches > 0:
         payload["long_run"] = over_time.run_long(
             args.long_run_batches, args.long_run_at, config.work_dir

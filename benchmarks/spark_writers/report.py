@@ -149,7 +149,9 @@ def render(payload: dict[str, Any]) -> str:
         "",
     ]
     main = [r for r in payload["results"] if r["workload"] == "main"]
-    if main:
+    if payload.get("spread"):
+        lines += _spread(payload)
+    elif main:
         lines += _goals(summary(main), "Goals")
         first = main[0]
         lines += [
@@ -201,6 +203,9 @@ def render(payload: dict[str, Any]) -> str:
             "(medians, ms): " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) + ".",
             "",
         ]
+        if "overhead_ms_runs" in overhead:
+            each = ", ".join(f"{v:.1f}" for v in overhead["overhead_ms_runs"])
+            lines += [f"The overhead of each run: {each} ms; the table shows the median run.", ""]
         lines += _overhead_goals(overhead)
     standalone = payload.get("standalone")
     if standalone:
@@ -240,6 +245,45 @@ def _goals(rows: list[dict[str, Any]], title: str) -> list[str]:
             f"| **{row['ratio']:.2f}** | {_verdict(row['ratio'] >= goal.minimum)} |"
         )
     return [*lines, ""]
+
+
+def _spread(payload: dict[str, Any]) -> list[str]:
+    """The goals judged on the median of several runs, the runs side by side; then which
+    run each throughput table below shows."""
+    meta = payload["meta"]
+    count = meta["runs"]
+    loads = "; ".join(
+        f"run {i}: {load}" for i, load in enumerate(meta["load_before_runs"], start=1)
+    )
+    lines = [
+        f"### Goals: the median of {count} full runs",
+        "",
+        f"Each run measures every target in turn (writers alternating inside it); load "
+        f"average before each run: {loads}. A goal is met or missed on the median ratio.",
+        "",
+        "| target | rows | partitions | goal | "
+        + " | ".join(f"run {i}" for i in range(1, count + 1))
+        + " | median | min-max | |",
+        "|---|---:|---:|---|" + "---:|" * count + "---:|---:|---|",
+    ]
+    for line in payload["spread"]:
+        ratios = " | ".join("-" if r is None else f"{r:.2f}" for r in line["ratios"])
+        goal, verdict = "-", ""
+        if "goal" in line:
+            goal = f"≥ {line['goal']}{TIMES} {line['against']} (issue {line['issue']})"
+            verdict = _verdict(line["met"])
+        lines.append(
+            f"| {line['target']} | {line['rows']:,} | {line['partitions']} "
+            f"| {goal} | {ratios} | **{line['median']:.2f}** "
+            f"| {line['min']:.2f}-{line['max']:.2f} | {verdict} |"
+        )
+    lines += [
+        "",
+        "The tables below show, for each target and workload, the run whose ratio is the "
+        "median (the lower middle one for an even count of runs).",
+        "",
+    ]
+    return lines
 
 
 def _throughput(results: list[dict[str, Any]]) -> list[str]:
