@@ -15,6 +15,7 @@ injection is in :mod:`twopc.faults`; the JVM-free engine is :mod:`twopc.local`; 
 helpers and the conformance kit are in :mod:`twopc.testing`.
 """
 
+import sys as _sys
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from twopc._contract.retry import RetryPolicy
@@ -240,13 +241,25 @@ _MOVED = {"Fault": "twopc.faults", "FaultAction": "twopc.faults"}
 """Public names of twopc 0.1.0 that live on in another module."""
 
 
+def _imported_by_name() -> bool:
+    """Whether ``__getattr__`` runs for a ``from twopc import name`` statement: Python
+    turns an AttributeError there into its own "cannot import name" ImportError and drops
+    the message, so that statement gets an ImportError instead."""
+    import dis
+
+    caller = _sys._getframe(2)  # 0: here, 1: __getattr__, 2: the code that asked
+    code, at = caller.f_code.co_code, caller.f_lasti
+    return 0 <= at < len(code) and code[at] == dis.opmap.get("IMPORT_FROM", -1)
+
+
 if not _TYPE_CHECKING:  # type checkers keep reporting unknown names of twopc
 
     def __getattr__(name: str) -> object:
-        """Names removed since twopc 0.1.0: an :class:`ImportError` that names the
-        replacement and the migration table (not an :class:`AttributeError`, which ``from
-        twopc import ...`` would replace with its own message); a name that moved to
-        another module still works, with a :class:`DeprecationWarning`."""
+        """Names removed since twopc 0.1.0: an error that names the replacement and the
+        migration table, an :class:`AttributeError` (so ``hasattr`` says ``False``), and
+        for ``from twopc import ...`` an :class:`ImportError` (Python would replace an
+        AttributeError there with its own message). A name that moved to another module
+        still works, with a :class:`DeprecationWarning`."""
         if name in _MOVED:
             import importlib
             import warnings
@@ -259,10 +272,8 @@ if not _TYPE_CHECKING:  # type checkers keep reporting unknown names of twopc
             )
             return getattr(importlib.import_module(home), name)
         if name in _REMOVED:
-            raise ImportError(
-                f"twopc.{name} was removed with the sink contract v2: {_REMOVED[name]}. "
-                f"{_MIGRATION}",
-                name=__name__,
-                path=__file__,
-            )
+            message = f"twopc.{name} was removed with the sink contract v2: {_REMOVED[name]}. "
+            if _imported_by_name():
+                raise ImportError(message + _MIGRATION, name=__name__, path=__file__)
+            raise AttributeError(message + _MIGRATION, name=name, obj=_sys.modules[__name__])
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -256,9 +256,23 @@ def test_a_removed_name_says_what_replaces_it(name: str) -> None:
     words = rf"twopc\.{name} was removed with the sink contract v2: .+ 'Migrating a v1 plugin'"
     with pytest.raises(ImportError, match=words):
         exec(f"from twopc import {name}", {})
-    with pytest.raises(ImportError, match=words):
+    with pytest.raises(AttributeError, match=words):
         getattr(twopc, name)
+    assert not hasattr(twopc, name)
+    assert getattr(twopc, name, None) is None
     assert name not in twopc.__all__
+
+
+def test_a_removed_name_inside_a_function_keeps_its_message() -> None:
+    def load() -> object:
+        from twopc import Coordinator
+
+        return Coordinator
+
+    with pytest.raises(ImportError, match=r"twopc\.Coordinator was removed"):
+        load()
+    with pytest.raises(AttributeError, match=r"twopc\.Coordinator was removed"):
+        twopc.Coordinator  # noqa: B018
 
 
 def test_capabilities_names_the_commit_roles() -> None:
