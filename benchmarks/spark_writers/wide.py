@@ -82,6 +82,8 @@ GOALS = {
 DRIVER_GOAL_MS = 50.0
 """Issue 46: the driver's own work per batch at 1,000 partitions."""
 MARK_BEGIN, MARK_END = "<!-- wide-batches:begin -->", "<!-- wide-batches:end -->"
+STANDALONE_BEGIN = "<!-- wide-batches-standalone:begin -->"
+STANDALONE_END = "<!-- wide-batches-standalone:end -->"
 
 
 class SqlModeTarget(SqlTarget):
@@ -440,12 +442,17 @@ def render(result: dict[str, Any]) -> str:
 
 
 def write_docs(result: dict[str, Any], docs: Path = DOCS) -> None:
+    """The table between the page's marks: those of the standalone cluster's results for
+    a run on one, else those of ``local[*]``."""
+    begin, end = (
+        (STANDALONE_BEGIN, STANDALONE_END) if "cluster" in result else (MARK_BEGIN, MARK_END)
+    )
     text = docs.read_text()
-    if MARK_BEGIN not in text:
+    if begin not in text:
         return
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    docs.write_text(f"{head}{MARK_BEGIN}\n{render(result)}\n{MARK_END}{tail}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    docs.write_text(f"{head}{begin}\n{render(result)}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,11 +10,19 @@ appends one log batch after all the files of a twopc batch are visible, so a rea
 all of a batch's files or none of them. Log batch ids count twopc's batches that wrote
 files; they are not Spark's batch ids of the writing query (a new checkpoint starts those
 at 0 again).
+
+Readers need only the newest compact batch and the batches after it, so, as Spark's own
+sink does, each compact batch deletes the log batches before the previous compact batch
+(once older than :data:`CLEANUP_DELAY_SECONDS`, where the store says when they were
+written): the log keeps 11 to 20 files however long the query runs (more for batches
+younger than the delay), and finding the newest batch lists only those.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +36,11 @@ BATCH_LOG_DIR = "_spark_metadata"
 COMPACT_INTERVAL = 10
 """Spark's default ``spark.sql.streaming.fileSink.log.compactInterval``; its readers derive
 the interval of an existing log from its compact files."""
+CLEANUP_DELAY_SECONDS = 600.0
+"""Spark's default ``spark.sql.streaming.fileSink.log.cleanupDelay`` (10 minutes): a log
+file younger than this stays, for a reader that listed the log before it became old."""
 _VERSION = "v1"
+_log = logging.getLogger("twopc.files")
 _BLOCK_SIZE = 32 * 1024 * 1024
 _ATTEMPTS = 5
 
@@ -109,12 +121,52 @@ class SparkBatchLog:
             lines = [_VERSION, *(json.dumps(e, separators=(",", ":")) for e in entries)]
             self.fs.makedirs(self.directory, exist_ok=True)
             if create_exclusive(self.fs, self._path(batch), "\n".join(lines).encode()):
+                if (batch + 1) % COMPACT_INTERVAL == 0:
+                    self._delete_expired(batch)
                 return batch
             # another writer took this log batch id (or a listing lagged): look again
         raise OSError(
             f"{self.directory}: another writer keeps adding log batches; the batch log "
             "allows one writer per output path"
         )
+
+    def _delete_expired(self, compact: int) -> None:
+        """After compact batch ``compact``: delete the log batches before the compact batch
+        one interval earlier, once older than :data:`CLEANUP_DELAY_SECONDS` (where the store
+        reports a time). Best effort: the commit is done; a file left is retried at the
+        next compact batch."""
+        keep_from = compact - COMPACT_INTERVAL
+        cutoff = time.time() - CLEANUP_DELAY_SECONDS
+        try:
+            listed = self.fs.ls(self.directory, detail=True)
+            for info in listed:
+                path = str(info["name"]).rstrip("/")
+                name = path.rsplit("/", 1)[-1].removesuffix(".compact")
+                if not name.isdigit() or int(name) >= keep_from:
+                    continue
+                written = _written_at(info)
+                if written is None or written < cutoff:
+                    self.fs.rm_file(path)
+        except OSError as exc:
+            _log.warning("could not delete old batch log files in %s: %s", self.directory, exc)
+
+
+def _written_at(info: dict[str, Any]) -> float | None:
+    """When a listed file was last written (seconds since the epoch), if the store says:
+    ``mtime`` (local files, seconds or a datetime), ``LastModified`` (S3), ``updated`` or
+    ``last_modified`` (other fsspec stores)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated"):
+        value = info.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, dt.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
 
 
 HADOOP_SCHEMES = {"s3": "s3a"}

@@ -124,7 +124,7 @@ class Marker:
             SUMMARY_SINK: sink_id,
             SUMMARY_QUERY: query_id,
             SUMMARY_BATCH: str(self.batch_id),
-            SUMMARY_PARTITIONS: ",".join(map(str, sorted(partitions))),
+            SUMMARY_PARTITIONS: partition_ranges(partitions),
         }
         if self.count:
             summary[SUMMARY_COUNT] = str(self.count)
@@ -172,8 +172,29 @@ def _from_summary(summary: Mapping[str, str], batch: int, at_ms: int) -> Marker:
     return Marker(batch, partitions, count, offsets, at_ms / 1000)
 
 
+def partition_ranges(partitions: Iterable[int]) -> str:
+    """Partitions as runs, ``0-199`` or ``0-4,7,9-12``: every snapshot's summary carries
+    them and every table metadata file lists every kept snapshot, so a 1,000-partition
+    batch writes 5 bytes there instead of 3,890."""
+    runs: list[str] = []
+    ordered = sorted(set(partitions))
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            first, last = ordered[start], ordered[index - 1]
+            runs.append(str(first) if first == last else f"{first}-{last}")
+            start = index
+    return ",".join(runs)
+
+
 def _parse_partitions(text: str | None) -> dict[int, int]:
-    return {int(p): -1 for p in (text or "").split(",") if p.strip().isdigit()}
+    """The partitions of a summary: runs (``0-199``) or, as twopc 0.2 wrote them, a list."""
+    found: dict[int, int] = {}
+    for part in (text or "").split(","):
+        first, _, last = part.strip().partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            found.update(dict.fromkeys(range(int(first), int(last or first) + 1), -1))
+    return found
 
 
 def read_marker(table: Table, sink_id: str, query_id: str) -> Marker | None:

@@ -80,3 +80,44 @@ def test_s3_files_are_logged_as_s3a_unless_another_scheme_is_asked_for() -> None
     assert file_uri(_S3Like(), "bucket/out/a.parquet", "s3") == "s3://bucket/out/a.parquet"
     with pytest.raises(twopc.ConfigurationError, match="not a URI scheme"):
         FilesSink("s3://bucket/out", batch_log=True, batch_log_scheme="s3:")
+
+
+def test_a_compact_batch_deletes_the_batches_before_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from twopc_files import _batch_log
+
+    log = _log(tmp_path)
+    directory = tmp_path / "_spark_metadata"
+    for batch in range(25):
+        log.append(_files(batch))
+    # files younger than Spark's cleanup delay (10 minutes) stay
+    assert len(list(directory.iterdir())) == 25
+    monkeypatch.setattr(_batch_log, "CLEANUP_DELAY_SECONDS", 0.0)
+    for batch in range(25, 35):
+        log.append(_files(batch))
+    names = sorted((p.name for p in directory.iterdir()), key=lambda n: int(n.split(".")[0]))
+    # 29.compact let 0-18 go: the previous compact batch and what follows it stay
+    assert names == ["19.compact", *map(str, range(20, 29)), "29.compact", *map(str, range(30, 35))]
+    assert log.latest() == 34
+    # the newest compact batch still lists every file ever added, as Spark's readers need
+    compact = _lines(directory / "29.compact")
+    assert [json.loads(line)["path"] for line in compact[1:]] == [
+        f.uri for batch in range(30) for f in _files(batch)
+    ]
+    for batch in range(35, 40):
+        log.append(_files(batch))
+    assert (directory / "39.compact").exists() and not (directory / "19.compact").exists()
+    assert len(list(directory.iterdir())) == 11
+
+
+def test_when_a_listed_file_was_written() -> None:
+    from datetime import UTC, datetime
+
+    from twopc_files._batch_log import _written_at
+
+    assert _written_at({"mtime": 5.0}) == 5.0
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    assert _written_at({"LastModified": stamp}) == stamp.timestamp()
+    assert _written_at({"updated": "2026-01-01T00:00:00Z"}) == stamp.timestamp()
+    assert _written_at({"name": "x"}) is None

@@ -310,3 +310,16 @@ def test_truncate_of_int_and_long_is_computed_in_spark_sql_and_of_strings_refuse
         "partition field 'name_trunc' is truncate[4](name) of a string column "
         "(Spark's writer truncates int and long columns)"
     ]
+
+
+def test_a_snapshot_summary_names_its_partitions_as_runs() -> None:
+    from twopc_iceberg._markers import _parse_partitions, partition_ranges
+
+    assert partition_ranges(range(1000)) == "0-999"
+    assert partition_ranges([9, 0, 1, 2, 3, 4, 7, 10, 11, 12, 4]) == "0-4,7,9-12"
+    assert partition_ranges([5]) == "5" and partition_ranges([]) == ""
+    for partitions in ([], [5], list(range(1000)), [0, 1, 2, 3, 4, 7, 9, 10, 11, 12]):
+        assert sorted(_parse_partitions(partition_ranges(partitions))) == partitions
+    # what twopc 0.2 wrote still reads
+    assert sorted(_parse_partitions("0,1,2,5")) == [0, 1, 2, 5]
+    assert _parse_partitions("0-x,3") == {3: -1}
