@@ -172,6 +172,65 @@ class TestMariaDbSink(SqlSinkCases):
             assert db.markers(env.marker_table, sid) == []
 
     @pytest.mark.parametrize("tm", MODES)
+    def test_an_early_load_that_fails_fails_the_batch(
+        self, db: Db, env: Env, tm: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A task loads its rows every ``_LOAD_ROWS``: a value the server refuses in the
+        first of many loads fails the batch, names the task, and leaves no row, marker or
+        prepared branch."""
+        from twopc_jdbc import mysql
+
+        monkeypatch.setattr(mysql, "_LOAD_ROWS", 10)
+        table = env.table()
+        db.create(table, "id bigint PRIMARY KEY, n tinyint")
+        sink = env.sink(table, transaction_mode=tm)
+        sid = env.sink_id()
+        ctx = env.ctx(sid, batch_id=3, partition=1)
+        good = [
+            pa.RecordBatch.from_pydict({"id": pa.array(range(s, s + 10), pa.int64()),
+                                        "n": pa.array([1] * 10, pa.int64())})
+            for s in range(100, 200, 10)
+        ]  # fmt: skip
+        bad = pa.RecordBatch.from_pydict(
+            {"id": pa.array(range(10), pa.int64()), "n": pa.array([300] * 10, pa.int64())}
+        )
+        txn = sink.begin_transaction(ctx)
+
+        def write_all() -> None:
+            for rows in (bad, *good):
+                sink.invoke(txn, rows)
+            sink.pre_commit(txn)
+
+        try:
+            with pytest.raises(twopc.PermanentSinkError) as caught, in_task(ctx):
+                write_all()
+        finally:
+            sink.abort(txn)
+        assert_names_task(caught.value, sid, 3, 1)
+        assert "Out of range value" in str(caught.value), caught.value
+        assert db.count(table) == 0
+        assert env.prepared(sid) == []
+        assert db.markers(env.marker_table, sid) == []
+
+    @pytest.mark.parametrize("tm", MODES)
+    def test_rows_over_many_loads_all_land_once(
+        self, db: Db, env: Env, tm: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Thirty loads of 7 rows: every row once, in both transaction modes."""
+        from twopc_jdbc import mysql
+
+        monkeypatch.setattr(mysql, "_LOAD_ROWS", 7)
+        table = env.table()
+        db.create(table, "id bigint PRIMARY KEY")
+        sink = env.sink(table, transaction_mode=tm)
+        batches = [batch(id=list(range(s, s + 3))) for s in range(0, 210, 3)]
+        outcomes = write_and_commit(sink, env.ctx(env.sink_id()), *batches)
+        assert outcomes == [twopc.CommitOutcome.COMMITTED]
+        assert db.query(f"SELECT count(*), count(DISTINCT id), sum(id) FROM {db.q(table)}") == [
+            (210, 210, 209 * 210 // 2)
+        ]
+
+    @pytest.mark.parametrize("tm", MODES)
     def test_upsert_of_unique_keys_over_several_loads(self, db: Db, env: Env, tm: str) -> None:
         """Unique keys skip the ranking and rows are loaded 100,000 at a time: existing
         rows are updated and new ones inserted, across more than one LOAD DATA."""

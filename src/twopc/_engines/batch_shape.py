@@ -1,8 +1,8 @@
 """How a batch is partitioned for its sink before phase 1: one task for a single-task
-sink, by key for a sink with partition columns, and at most ``max_tasks`` tasks where the
-user asks (:func:`twopc.foreach_batch`'s option: coalesced where the commit is the driver's,
-hashed by key or by the rows' values where a replay must see the same rows in each
-partition)."""
+sink (coalesced, no shuffle), by key for a sink with partition columns, and at most
+``max_tasks`` tasks where the user asks (:func:`twopc.foreach_batch`'s option: coalesced
+where the commit is the driver's, hashed by key or by the rows' values where a replay must
+see the same rows in each partition)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ __all__ = ["Narrowing", "arrange_for", "check_max_tasks", "narrows"]
 
 
 def arrange_for(sink: Sink[Any], df: DataFrame, max_tasks: int | None = None) -> DataFrame:
-    """The batch partitioned as the sink needs it: one task for a single-task sink, by its
-    partition columns (all rows of a key in one task) where it names any, into at most
-    ``max_tasks`` partitions then (hash partitioning: the same rows in each partition on
-    every run, whatever the sink's commit path)."""
+    """The batch partitioned as the sink needs it: one task for a single-task sink
+    (coalesced), by its partition columns (all rows of a key in one task) where it names
+    any, into at most ``max_tasks`` partitions then (hash partitioning: the same rows in
+    each partition on every run, whatever the sink's commit path)."""
     if sink.single_task:
-        return df.repartition(1)
+        # coalesce, not repartition: no shuffle. The batch's last stage runs in the one
+        # task, which streams its rows to the sink as they are computed; a shuffle first
+        # ran the stage in parallel, wrote every row to shuffle files and read them back
+        # (Kafka atomic, 1M rows in 2 partitions: 5.3 s with the shuffle, 2.6 s without)
+        return df.coalesce(1)
     if keys := sink.partition_columns():
         if max_tasks is None:
             return df.repartition(*keys)

@@ -151,7 +151,7 @@ class _Setup:
             if sink.single_task:
                 raise ConfigurationError(
                     f'{sink.describe()} writes a batch in one task, which format("twopc") '
-                    "cannot arrange; use twopc.write_batch(df.repartition(1), ...)",
+                    "cannot arrange; use twopc.write_batch(...) for it",
                 )
             write_id = lowered.get("write_id")
             if not write_id:
