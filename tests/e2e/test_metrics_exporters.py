@@ -3,6 +3,7 @@ endpoint, read from OpenTelemetry's in-memory reader, and in ``query.lastProgres
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 import twopc
+from tests.harness.promql import queries, used_names
 from tests.harness.spark_fixtures import write_orders
 from twopc.metrics import (
     OpenTelemetryExporter,
@@ -59,6 +61,7 @@ def test_a_query_reports_to_prometheus_opentelemetry_and_its_progress(
     spark: Any, tmp_path: Path
 ) -> None:
     write_orders(tmp_path / "in", batches=BATCHES, rows_per_batch=ROWS)
+    started_at = time.time()
     registry = CollectorRegistry()
     reader = InMemoryMetricReader()
     on_metrics = combine(
@@ -98,11 +101,25 @@ def test_a_query_reports_to_prometheus_opentelemetry_and_its_progress(
     assert samples[("twopc_phase_duration_seconds_count", write)] == BATCHES
     assert samples[("twopc_batch_bytes_total", frozenset(labels))] > 0
     assert samples[("twopc_commit_log_batches", frozenset(labels))] == BATCHES
+    # what the shipped dashboard and alerts read, from a healthy Spark query
+    assert samples[("twopc_in_doubt", frozenset(labels))] == 0
+    last_commit = samples[("twopc_last_commit_timestamp_seconds", frozenset(labels))]
+    assert started_at <= last_commit <= time.time()
+    assert samples[("twopc_writer_conflicts_total", frozenset(labels))] == 0
+    failed = frozenset(labels | {("status", "failed")})
+    assert samples[("twopc_batches_total", failed)] == 0
+    dashboard_names = {name for query in queries() for name in used_names(query).names}
+    scraped = {name for name, _ in samples}
+    # all but the source lag (no progress group here) and the in-doubt age (nothing in doubt)
+    assert dashboard_names - scraped == {
+        "twopc_source_lag",
+        "twopc_in_doubt_oldest_timestamp_seconds",
+    }
 
     # OpenTelemetry, from the in-memory reader
     points = otel_sums(reader)
     assert points["twopc.batch.rows"] == {"": BATCHES * ROWS}
-    assert points["twopc.batches"] == {"committed": BATCHES}
+    assert points["twopc.batches"] == {"committed": BATCHES, "skipped": 0, "failed": 0}
     assert points["twopc.phase.duration"]["commit"] == BATCHES
 
     # Spark's own progress: the rows twopc wrote, batch by batch

@@ -45,6 +45,11 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def archive_text(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(name).decode()
+
+
 def test_wheel_and_sdist_build_and_pass_twine_check(dist: Path) -> None:
     version = twopc.__version__
     (wheel,) = dist.glob(f"twopc-{version}-py3-none-any.whl")
@@ -61,6 +66,10 @@ def test_wheel_and_sdist_build_and_pass_twine_check(dist: Path) -> None:
     for line in (b"files = twopc_files.plugin", b"kafka = twopc_kafka.plugin", b"twopc ="):
         assert line in entry_points
     assert not [n for n in names if n.startswith("tests/")], "tests shipped in the wheel"
+    # the operators' files, as package data (twopc.metrics: the metrics page of the docs)
+    for asset in ("twopc-dashboard.json", "twopc-alerts.yaml"):
+        shipped = archive_text(wheel, f"twopc/metrics/assets/{asset}")
+        assert shipped == (REPO / "src/twopc/metrics/assets" / asset).read_text(), asset
 
     with tarfile.open(sdist) as archive:
         members = archive.getnames()

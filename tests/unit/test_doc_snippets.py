@@ -28,6 +28,7 @@ import contextlib
 import importlib
 import inspect
 import io
+import json
 import logging
 import re
 import shlex
@@ -265,6 +266,7 @@ CHECKED: dict[tuple[str, str], str] = {
         'value_serializer="my_pipeline.serializers:orders_avro"',
     ): "test_value_serializer_snippets",
     ("docs/metrics.md", "def to_statsd(m: twopc.BatchMetrics)"): "test_own_exporter_snippet",
+    ("docs/metrics.md", 'assets = files("twopc.metrics") / "assets"'): "test_ops_assets_snippet",
     ("docs/plugins.md", "# pyproject.toml of your distribution"): "test_plugin_pyproject_snippet",
     ("docs/concepts.md", 'TWOPC_FAULTS="between_commits:kill@batch=2"'): "test_fault_plan_snippets",
     (
@@ -587,6 +589,15 @@ def test_own_exporter_snippet() -> None:
     assert {kind for kind, *_ in calls} <= {"increment", "histogram", "gauge"}
     assert any(tags.get("sink") == "orders" for *_, tags in calls)
     assert any("rows" in name for name in names), names
+
+
+@pytest.mark.unit
+def test_ops_assets_snippet() -> None:
+    """The dashboard and the rules read from the installed package, as the docs show."""
+    block = find("docs/metrics.md", 'assets = files("twopc.metrics") / "assets"')
+    namespace = run(block.code, {}, str(block))
+    assert json.loads(namespace["dashboard"])["uid"] == "twopc-sinks"
+    assert "alert: TwopcInDoubtWorkOld" in namespace["rules"]
 
 
 @pytest.mark.unit

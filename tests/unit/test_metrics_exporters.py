@@ -49,6 +49,7 @@ def batch(batch_id: int = 0, **fields: Any) -> twopc.BatchMetrics:
         "swept": 1,
         "lingering_aborted": 2,
         "commit_log_batches": batch_id + 1,
+        "finished_at": 1_700_000_000.0 + batch_id,
         "tasks": (
             twopc.TaskMetrics(0, 0, 10, 320, 0.4),
             twopc.TaskMetrics(1, 2, 10, 320, 0.5),
@@ -93,11 +94,15 @@ def test_opentelemetry_records_every_instrument() -> None:
     export(batch(1, status=twopc.BatchStatus.SKIPPED, rows=0, bytes=0, tasks=()))
     points = otel_points(reader)
 
-    assert {spec.name for spec in CATALOG} - set(points) == {"twopc.source.lag"}
+    # unknown lag and nothing in doubt: no point
+    assert {spec.name for spec in CATALOG} - set(points) == {
+        "twopc.source.lag",
+        "twopc.in_doubt.oldest_timestamp",
+    }
     (rows,) = points["twopc.batch.rows"]
     assert rows.value == 20 and dict(rows.attributes) == COMMON
     by_status = {p.attributes["status"]: p.value for p in points["twopc.batches"]}
-    assert by_status == {"committed": 1, "skipped": 1}
+    assert by_status == {"committed": 1, "skipped": 1, "failed": 0}
     phases = {p.attributes["phase"]: p for p in points["twopc.phase.duration"]}
     assert phases["write"].count == 1 and phases["write"].sum == pytest.approx(0.5)
     assert phases["recover"].count == 2  # a skipped replay recovers too
@@ -151,6 +156,44 @@ def test_a_failed_batch_counts_without_phase_figures() -> None:
     assert sample(registry, "twopc_batches_total", status="failed") == 1
     assert sample(registry, "twopc_batch_duration_seconds_count", status="failed") is None
     assert sample(registry, "twopc_commit_log_batches") is None
+
+
+def test_every_status_series_exists_from_the_first_batch() -> None:
+    """A failure's increase is then seen from the first one on (a series born at 1 shows
+    no increase to Prometheus)."""
+    registry = CollectorRegistry()
+    PrometheusExporter(registry)(batch(0))
+    assert sample(registry, "twopc_batches_total", status="failed") == 0
+    assert sample(registry, "twopc_batches_total", status="skipped") == 0
+    assert sample(registry, "twopc_writer_conflicts_total") == 0
+
+
+def test_in_doubt_work_last_commit_and_other_writers() -> None:
+    registry = CollectorRegistry()
+    export = PrometheusExporter(registry)
+    export(batch(0, finished_at=1_700_000_100.0))
+    assert sample(registry, "twopc_last_commit_timestamp_seconds") == 1_700_000_100.0
+    assert sample(registry, "twopc_in_doubt") == 0
+    assert sample(registry, "twopc_in_doubt_oldest_timestamp_seconds") is None
+    stuck = twopc.BatchMetrics(
+        "orders",
+        "q-1",
+        1,
+        twopc.BatchStatus.FAILED,
+        backend="files",
+        commit_retries=4,
+        in_doubt=2,
+        in_doubt_since=1_700_000_050.0,
+        other_writers=1,
+        finished_at=1_700_000_200.0,
+    )
+    export(stuck)
+    # a failed batch keeps the last commit's time, and reports what it left in doubt
+    assert sample(registry, "twopc_last_commit_timestamp_seconds") == 1_700_000_100.0
+    assert sample(registry, "twopc_in_doubt") == 2
+    assert sample(registry, "twopc_in_doubt_oldest_timestamp_seconds") == 1_700_000_050.0
+    assert sample(registry, "twopc_batch_retries_total", phase="commit") == 5
+    assert sample(registry, "twopc_writer_conflicts_total") == 1
 
 
 def test_the_endpoint_serves_the_registry() -> None:

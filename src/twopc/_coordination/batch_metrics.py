@@ -36,7 +36,9 @@ class BatchMetrics:
 
     ``status`` is a :class:`BatchStatus`: ``committed``, ``skipped`` (already committed: a
     replay) or ``failed``.
-    Times are wall-clock seconds per phase; ``commit_retries`` counts retried commit calls.
+    Times are wall-clock seconds per phase; ``commit_retries`` counts the commit calls
+    retried since the previous batch's metrics (this batch's phase 2 and recovery, also of
+    commits that gave up: a failed batch carries them).
     ``recovered_aborted`` counts every unit of work recovery and clean-up aborted;
     ``lingering_aborted`` is the part of it that were transactions earlier runs left open
     (the lingering sweep of sinks that commit in the task). ``commit_log_batches`` is how
@@ -69,6 +71,18 @@ class BatchMetrics:
     near_timeout: int = 0
     """Partitions whose transaction was past 80 % of the sink's
     :meth:`~twopc.Sink.work_timeout` before its commit (each also logged a warning)."""
+    in_doubt: int = 0
+    """Units of work in doubt when the batch ended: decided but not finished, or prepared
+    with no decision. 0 after a committed batch; a commit or recovery that keeps failing
+    leaves them (``in_doubt_since`` says since when)."""
+    in_doubt_since: float | None = None
+    """Unix time of the oldest in-doubt work's decision, or of when the writer first saw
+    it; ``None`` when nothing is in doubt."""
+    other_writers: int = 0
+    """Running writers of another query of this sink id met at this query's first batch:
+    the batch was refused (or, for one in this very process, a warning logged)."""
+    finished_at: float = 0.0
+    """Unix time the batch ended (committed, skipped or failed)."""
     error: str | None = None
     tasks: tuple[TaskMetrics, ...] = field(default=(), repr=False)
     source_offsets: dict[str, dict[str, int]] | None = None
@@ -112,6 +126,10 @@ class BatchMetrics:
             text += f" commit_log_batches={self.commit_log_batches}"
         if self.near_timeout:
             text += f" open_work={self.open_work_seconds:.1f}s near_timeout={self.near_timeout}"
+        if self.in_doubt:
+            text += f" in_doubt={self.in_doubt}"
+        if self.other_writers:
+            text += f" other_writers={self.other_writers}"
         if self.source_lag is not None:
             text += f" source_lag={self.source_lag}"
         if self.progress_error:

@@ -36,7 +36,7 @@ def committed_metrics(
 
 def finished(metrics: BatchMetrics, started: float) -> BatchMetrics:
     """The batch's metrics with its total time, logged."""
-    metrics = replace(metrics, total_seconds=time.monotonic() - started)
+    metrics = replace(metrics, total_seconds=time.monotonic() - started, finished_at=time.time())
     if _log.isEnabledFor(logging.INFO):
         _log.info(metrics.summary())
     return metrics

@@ -278,7 +278,7 @@ class Coordinator:
             committed_metrics(base, batch.reports, decided.log_batches),
             decide_seconds=decided.decided_at - batch.written_at,
             commit_seconds=committed_at - decided.decided_at,
-            commit_retries=decided.retries,
+            commit_retries=self.decider.retries.take(),
             recovered_aborted=base.recovered_aborted + aborted,
             swept=base.swept + swept,
             open_work_seconds=open_work.seconds,
@@ -304,6 +304,7 @@ class Coordinator:
         )
         engine.discard()
         published = self.publisher.publish(decision, source_offsets)
+        base = replace(base, commit_retries=self.decider.retries.take())
         return finished(metrics_with_progress(base, published), started)
 
     def _skipped_metrics(

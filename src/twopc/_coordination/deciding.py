@@ -20,9 +20,11 @@ from twopc._contract.boundary import describe_exception, leaving_sink
 from twopc._contract.paths import CommitPath
 from twopc._contract.retry import RetryPolicy, call_with_retries
 from twopc._coordination.commit_log import CommitLog
+from twopc._coordination.in_doubt import InDoubtWork
 from twopc._coordination.publishing import Publisher
 from twopc._coordination.records import BatchState, DecidedProgress, Decision
 from twopc._coordination.reports import TaskReport
+from twopc._coordination.retry_tally import RetryTally
 from twopc.errors import BatchFailedError, CommitError, ConfigurationError, TwoPCError
 from twopc.faults import CrashPoint, FaultPlan
 from twopc.groups import SinkGroup
@@ -129,6 +131,10 @@ class Decider:
         self._sleep = sleep
         self._abort_batch = abort_batch
         self._driver = sink if isinstance(sink, CommitsOnDriver) else None
+        self.in_doubt = InDoubtWork()
+        """Decided-but-unfinished and prepared-but-undecided work, for the metrics."""
+        self.retries = RetryTally()
+        """Commit calls retried, taken by each batch's metrics."""
 
     def decide_and_commit(
         self,
@@ -181,6 +187,7 @@ class Decider:
         try:
             self.fire(CrashPoint.BEFORE_DECISION, batch_id)
             self.commit_log.record_decision(decision)
+            self.in_doubt.decided(decision)
         except Exception:
             if self.commit_log.decision(query_id, batch_id) is None:
                 self._abort_batch(query_id, batch_id)
@@ -280,6 +287,7 @@ class Decider:
         the batch's prepared work (a crash in between leaves that work undecided, which
         recovery aborts)."""
         self.commit_log.withdraw_decision(decision)
+        self.in_doubt.finished(decision.query_id, decision.batch_id)
         self._abort_batch(decision.query_id, decision.batch_id)
 
     def finish_pending(self, decision: Decision) -> None:
@@ -299,6 +307,7 @@ class Decider:
         if path is CommitPath.TASK:
             # the tasks committed before the decision was written; only the log lags
             self.commit_log.mark_done(decision.query_id, decision.batch_id)
+            self.in_doubt.finished(decision.query_id, decision.batch_id)
             return 0
         return self._commit_decision(decision, recovering=recovering)
 
@@ -343,6 +352,7 @@ class Decider:
         with leaving_sink(self.sink_id, decision.batch_id, wrap=CommitError):
             driver.batch_committed(decision.committables)
         self.commit_log.mark_done(decision.query_id, decision.batch_id)
+        self.in_doubt.finished(decision.query_id, decision.batch_id)
         return retries
 
     def _commit_member(
@@ -376,7 +386,7 @@ class Decider:
                 self.retry,
                 commit,
                 f"sink {self.sink_id!r} batch {first.batch_id} commit",
-                self._sleep,
+                self._counted_sleep,
             )
         except CommitError:
             raise
@@ -389,6 +399,11 @@ class Decider:
                 partition=exc.partition,
             ) from exc
         return retries
+
+    def _counted_sleep(self, seconds: float) -> None:
+        """The wait before a commit's retry, counted (:class:`RetryTally`)."""
+        self.retries.add()
+        self._sleep(seconds)
 
     def _prune_log(self, query_id: str, batch_id: int, finished: Sequence[int]) -> None:
         """Forget finished batches older than the retention; replays only ever concern the

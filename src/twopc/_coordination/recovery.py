@@ -100,10 +100,12 @@ class Recovery:
         one (a group's, with a last resource) commits only if its last resource committed
         the batch; otherwise it is withdrawn and the batch's prepared work aborted, one by
         one under the recovery crash points."""
+        self.decider.in_doubt.decided(decision)
         if decision.last_resource is not None and not self.decider.last_resource_committed(
             decision
         ):
             self.commit_log.withdraw_decision(decision)
+            self.decider.in_doubt.finished(decision.query_id, decision.batch_id)
             self.abort(
                 self._prepared_of(decision.query_id, decision.batch_id),
                 f"prepared for a batch its last resource {decision.last_resource} did not commit",
@@ -209,7 +211,9 @@ class Recovery:
             # prepared (e.g. a crash between the commit and its clean-up), or work whose
             # decision is gone but whose batch the markers show committed: finish it.
             self.decider.commit(self._driver, to_commit)
+        self.decider.in_doubt.undecided(to_abort)
         self.abort(to_abort, "prepared but undecided", in_recovery=True, steps=steps)
+        self.decider.in_doubt.aborted(to_abort)
         return len(to_abort)
 
     def _decided_by_markers(self, undecided: Sequence[Committable]) -> list[Committable]:

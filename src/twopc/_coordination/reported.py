@@ -141,7 +141,7 @@ class ReportedBatches:
             write_seconds=max((t.seconds for t in metrics.tasks), default=0.0),
             decide_seconds=decided.decided_at - written_at,
             commit_seconds=committed_at - decided.decided_at,
-            commit_retries=decided.retries,
+            commit_retries=self._decider.retries.take(),
             recovered_aborted=cleaned.aborted,
             swept=cleaned.swept,
             lingering_aborted=cleaned.lingering,

@@ -166,6 +166,9 @@ class BatchWriter:
         """When this writer last recorded itself in the target, per query (monotonic)."""
         self._committing: BackgroundCommit | None = None
         """The previous batch's phase 2, while it runs in the background."""
+        self._other_writers = 0
+        """Running writers of other queries met at a query's first batch, for the metrics
+        of the batch that met them."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sink={self.sink.describe()!r}, sink_id={self.sink_id!r})"
@@ -234,10 +237,11 @@ class BatchWriter:
         given to both) and, for a :class:`~twopc.TracksWriters` sink, by the record the
         target keeps. A record of this very process may belong to a query stopped in the
         same session, which cannot be told apart from a running one: only logged."""
-        for other, where in self._other_writers(log, query_id):
+        for other, where in self._writers_of_other_queries(log, query_id):
             liveness = other.assess()
             if not liveness.running:
                 continue
+            self._other_writers += 1
             if other.host == this_host() and other.pid == os.getpid():
                 _log.warning(
                     "twopc sink=%s: query %s of this process also wrote this sink id; if it "
@@ -257,7 +261,9 @@ class BatchWriter:
                 batch_id=batch_id,
             )
 
-    def _other_writers(self, log: CommitLog, query_id: str) -> list[tuple[Heartbeat, str]]:
+    def _writers_of_other_queries(
+        self, log: CommitLog, query_id: str
+    ) -> list[tuple[Heartbeat, str]]:
         """Records of other queries of this sink id: the commit log's liveness records and
         the target's writer records, each with where it was found."""
         found = [
@@ -379,7 +385,12 @@ class BatchWriter:
         try:
             coordinator = self.coordinator(checkpoint_root)
             if query_id not in self._queries:
-                self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
+                try:
+                    self._refuse_a_second_writer(coordinator.commit_log, query_id, batch_id)
+                except ConfigurationError as refused:
+                    # refused before it began: failed metrics, but no liveness record
+                    self._record_failed(coordinator, query_id, batch_id, refused, write_id)
+                    raise
             self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.WRITING)
             self._record_writer(query_id)
             started = coordinator
@@ -447,7 +458,7 @@ class BatchWriter:
         error = as_twopc_error(exc, self.sink_id, batch_id)
         if coordinator is not None:
             self._heartbeat(coordinator, query_id, batch_id, HeartbeatState.FAILED)
-            self._record_failed(query_id, batch_id, error, write_id)
+            self._record_failed(coordinator, query_id, batch_id, error, write_id)
         return error
 
     def _done(self, started: StartedBatch, metrics: BatchMetrics) -> BatchMetrics:
@@ -456,22 +467,42 @@ class BatchWriter:
         )
         if started.write_id is not None:
             metrics = replace(metrics, write_id=started.write_id)
+        metrics = self._with_writer_figures(started.coordinator, metrics)
         self._record(metrics)
         return metrics
 
     def _record_failed(
-        self, query_id: str, batch_id: int, error: TwoPCError, write_id: str | None
+        self,
+        coordinator: Coordinator,
+        query_id: str,
+        batch_id: int,
+        error: TwoPCError,
+        write_id: str | None,
     ) -> None:
-        self._record(
-            BatchMetrics(
-                self.sink_id,
-                query_id,
-                batch_id,
-                status=BatchStatus.FAILED,
-                backend=self.sink.backend_name,
-                error=str(error),
-                write_id=write_id,
-            )
+        failed = BatchMetrics(
+            self.sink_id,
+            query_id,
+            batch_id,
+            status=BatchStatus.FAILED,
+            backend=self.sink.backend_name,
+            commit_retries=coordinator.decider.retries.take(),
+            finished_at=time.time(),
+            error=str(error),
+            write_id=write_id,
+        )
+        self._record(self._with_writer_figures(coordinator, failed))
+
+    def _with_writer_figures(self, coordinator: Coordinator, metrics: BatchMetrics) -> BatchMetrics:
+        """What the writer knows besides the batch: the work in doubt now, and the other
+        writers its query met (counted once, on the batch that met them). Read from
+        memory: no call to the commit log or the target."""
+        in_doubt = coordinator.decider.in_doubt.now()
+        other_writers, self._other_writers = self._other_writers, 0
+        return replace(
+            metrics,
+            in_doubt=in_doubt.units,
+            in_doubt_since=in_doubt.since,
+            other_writers=other_writers,
         )
 
     def _record(self, metrics: BatchMetrics) -> None:

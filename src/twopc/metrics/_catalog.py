@@ -88,7 +88,10 @@ def _finished(metrics: BatchMetrics) -> bool:
 
 
 def _batches(m: BatchMetrics) -> Iterator[Point]:
-    yield {"status": str(m.status)}, 1
+    # every status from the first batch on, at 0 until it happens: a rate or increase
+    # over the series then sees its first failure too
+    for status in BatchStatus:
+        yield {"status": str(status)}, 1 if status is m.status else 0
 
 
 def _rows(m: BatchMetrics) -> Iterator[Point]:
@@ -147,6 +150,24 @@ def _near_timeout(m: BatchMetrics) -> Iterator[Point]:
 def _source_lag(m: BatchMetrics) -> Iterator[Point]:
     if m.source_lag is not None:
         yield {}, m.source_lag
+
+
+def _in_doubt(m: BatchMetrics) -> Iterator[Point]:
+    yield {}, m.in_doubt
+
+
+def _in_doubt_since(m: BatchMetrics) -> Iterator[Point]:
+    if m.in_doubt and m.in_doubt_since is not None:
+        yield {}, m.in_doubt_since
+
+
+def _last_commit(m: BatchMetrics) -> Iterator[Point]:
+    if m.status is BatchStatus.COMMITTED and m.finished_at:
+        yield {}, m.finished_at
+
+
+def _other_writers(m: BatchMetrics) -> Iterator[Point]:
+    yield {}, m.other_writers
 
 
 CATALOG: tuple[Instrument, ...] = (
@@ -226,6 +247,37 @@ CATALOG: tuple[Instrument, ...] = (
         "{record}",
         "The progress group's lag on the source after the last batch, where known.",
         _source_lag,
+    ),
+    Instrument(
+        "twopc.in_doubt",
+        Kind.GAUGE,
+        "{unit}",
+        "Units of work in doubt after the last batch: decided but not finished, or "
+        "prepared with no decision.",
+        _in_doubt,
+    ),
+    Instrument(
+        "twopc.in_doubt.oldest_timestamp",
+        Kind.GAUGE,
+        "s",
+        "Unix time since which the oldest in-doubt work has been in doubt (set while "
+        "twopc_in_doubt is above 0).",
+        _in_doubt_since,
+    ),
+    Instrument(
+        "twopc.last_commit.timestamp",
+        Kind.GAUGE,
+        "s",
+        "Unix time the last committed batch of the query ended.",
+        _last_commit,
+    ),
+    Instrument(
+        "twopc.writer.conflicts",
+        Kind.COUNTER,
+        "{writer}",
+        "Running writers of another query of the sink id met at a query's first batch "
+        "(the batch is refused).",
+        _other_writers,
     ),
 )
 """Every instrument the exporters report, in the order they record them."""
