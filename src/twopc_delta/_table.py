@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -22,7 +22,10 @@ from twopc import PermanentSinkError, TransientSinkError
 from twopc.secrets import redact
 from twopc.storage import filesystem_for
 
-__all__ = ["Place", "TableAccess", "arrow_schema", "unsupported_features"]
+if TYPE_CHECKING:
+    from twopc_delta._log import TableInfo
+
+__all__ = ["WRITABLE_FEATURES", "Place", "TableAccess", "arrow_schema", "unsupported_features"]
 
 _log = logging.getLogger("twopc.delta")
 
@@ -106,11 +109,16 @@ class TableAccess:
         """The table; a clear error when it does not exist."""
         table = self.load()
         if table is None:
-            raise PermanentSinkError(
-                f"Delta table {self.uri} does not exist (set create_table=True to create it "
-                "from the first batch's columns)"
-            )
+            self.require_log()
+        assert table is not None
         return table
+
+    def require_log(self) -> NoReturn:
+        """Raise the clear error of a table that does not exist."""
+        raise PermanentSinkError(
+            f"Delta table {self.uri} does not exist (set create_table=True to create it "
+            "from the first batch's columns)"
+        )
 
     def error(self, what: str, exc: BaseException) -> PermanentSinkError | TransientSinkError:
         """``exc`` as twopc's error: permanent for a denied permission or a protocol the
@@ -123,9 +131,9 @@ class TableAccess:
             return PermanentSinkError(text)
         return TransientSinkError(text)
 
-    def check_writable(self, table: DeltaTable, *, upsert: bool) -> None:
+    def check_writable(self, info: TableInfo, *, upsert: bool) -> None:
         """Refuse a table whose protocol asks more of a writer than this sink does."""
-        reasons = unsupported_features(table, upsert=upsert)
+        reasons = unsupported_features(info, upsert=upsert)
         if reasons:
             raise PermanentSinkError(
                 f"Delta table {self.uri} uses what the twopc delta sink cannot write: "
@@ -138,32 +146,30 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def unsupported_features(table: DeltaTable, *, upsert: bool) -> list[str]:
-    """Why the sink cannot write ``table`` (empty when it can)."""
-    protocol = table.protocol()
-    config = table.metadata().configuration
+def unsupported_features(info: TableInfo, *, upsert: bool) -> list[str]:
+    """Why the sink cannot write the table ``info`` describes (empty when it can)."""
+    config = info.configuration
     reasons = []
-    features = set(protocol.writer_features or ())
+    features = set(info.writer_features or ())
     unknown = sorted(features - WRITABLE_FEATURES)
     if unknown:
         reasons.append(f"writer feature(s) {', '.join(unknown)}")
-    if protocol.writer_features is None and protocol.min_writer_version > 7:
-        reasons.append(f"writer version {protocol.min_writer_version}")
+    if info.writer_features is None and info.min_writer_version > 7:
+        reasons.append(f"writer version {info.min_writer_version}")
     mapping = config.get("delta.columnMapping.mode", "none")
     if mapping not in ("none", None):
         reasons.append(f"column mapping (delta.columnMapping.mode={mapping})")
     constraints = sorted(k for k in config if k.startswith("delta.constraints."))
     if constraints:
         reasons.append(f"check constraints ({', '.join(constraints)})")
-    for column in table.schema().fields:
-        metadata = column.metadata or {}
+    for name, metadata in info.column_metadata().items():
         for key, what in (
             ("delta.invariants", "an invariant"),
             ("delta.generationExpression", "a generated column"),
             ("delta.identity.start", "an identity column"),
         ):
             if key in metadata:
-                reasons.append(f"column {column.name!r} is {what}")
+                reasons.append(f"column {name!r} is {what}")
     if upsert and str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true":
         reasons.append("mode='upsert' on a table with the change data feed on")
     if upsert and str(config.get("delta.appendOnly", "false")).lower() == "true":

@@ -62,6 +62,7 @@ from twopc_delta._datafiles import (
     split_by_partition,
 )
 from twopc_delta._layout import AttemptId, attempt_data_dir, rewrite_data_dir
+from twopc_delta._log import TableInfo, read_log
 from twopc_delta._markers import app_id, batch_commits, commit_metadata, find_batch
 from twopc_delta._options import MODES, SCHEMA_EVOLUTION, check_options
 from twopc_delta._payload import DeltaPayload
@@ -229,16 +230,21 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
     def _start(self, txn: DeltaTransaction, schema: pa.Schema) -> None:
         """The task's first batch: find the table (or note that the commit creates it),
         check that the sink can write it, mark the attempt as started, open the writer."""
-        table = self.access.load()
-        if table is None:
+        try:
+            info = read_log(self.access.place)
+        except PermissionError as exc:
+            raise self.access.error("cannot read", exc) from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise self.access.error("cannot read the log of", exc) from None
+        if info is None:
             if not self.access.create_table:
-                self.access.require()
+                self.access.require_log()
             txn.partition_by = self.access.partition_by
             check_partition_types(schema, txn.partition_by, self.table_uri)
         else:
-            self.access.check_writable(table, upsert=self.mode == "upsert")
-            txn.target = arrow_schema(table)
-            txn.partition_by = tuple(table.metadata().partition_columns)
+            self.access.check_writable(info, upsert=self.mode == "upsert")
+            txn.target = info.arrow_schema()
+            txn.partition_by = info.partition_columns
             check_partition_types(txn.target, txn.partition_by, self.table_uri)
         txn.schema = schema
         if self.mode == "upsert":
@@ -490,7 +496,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         files = [f for p in payloads for f in p.files]
         self._check_files_exist(first, files)
         table = self._with_new_columns(table, first, [p.schema for p in payloads if p.schema])
-        self.access.check_writable(table, upsert=self.mode == "upsert")
+        self.access.check_writable(TableInfo.of(table), upsert=self.mode == "upsert")
         records = self._records(first.sink_id)
         rewrite = self._plan_rewrite(table, first, files) if self.mode == "upsert" else Rewrite()
         actions: list[Any] = [f.add_action() for f in files]
