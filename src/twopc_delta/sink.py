@@ -389,16 +389,18 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
 
     def _held(self, table: DeltaTable, app: str, first: Committable) -> dict[int, int] | None:
         """What the table holds of ``first``'s batch: ``None`` when nothing, else the
-        attempts committed per partition (every partition, attempt -1, when a later batch
-        committed or the log no longer tells)."""
+        attempts committed per partition. Every partition counts as held when a later batch
+        committed (batches commit whole and in order) or the log no longer tells; its
+        attempts are then those the log still shows (-1 where it does not)."""
         version = table.transaction_version(app)
         if version is None or version < first.batch_id:
             return None
-        if version == first.batch_id:
-            found = find_batch(table, first.sink_id, first.query_id, first.batch_id)
-            if found is not None:
-                return found
-        return _Everything()
+        found = find_batch(table, first.sink_id, first.query_id, first.batch_id)
+        if found is None:
+            return _Everything()
+        if version > first.batch_id:
+            return _Everything(found)
+        return found
 
     def _drop_duplicates(
         self, held: Mapping[int, int], committables: Sequence[Committable]
@@ -644,9 +646,14 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         if not committables:
             return
         table = self.access.load()
+        seen: dict[tuple[str, str, int], dict[int, int] | None] = {}
         for c in committables:
             attempt = AttemptId.of(c)
-            held = self._held(table, app_id(c.sink_id, c.query_id), c) if table else None
+            key = (c.sink_id, c.query_id, c.batch_id)
+            if key not in seen:
+                app = app_id(c.sink_id, c.query_id)
+                seen[key] = self._held(table, app, c) if table is not None else None
+            held = seen[key]
             committed = None if held is None else held.get(c.partition, -1)
             if committed is not None and committed in (-1, c.attempt):
                 _log.warning(
@@ -780,13 +787,13 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
 
 
 class _Everything(dict[int, int]):
-    """Every partition committed, by an attempt the table does not say."""
+    """Every partition committed; the attempts are those it holds, -1 for the others."""
 
     def __contains__(self, key: object) -> bool:
         return True
 
     def get(self, key: int, default: Any = None) -> Any:
-        return -1
+        return super().get(key, -1)
 
 
 def _merged_schema(texts: Sequence[str]) -> DeltaSchema:

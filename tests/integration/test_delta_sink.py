@@ -311,3 +311,18 @@ def test_the_tasks_log_reader_agrees_with_deltalake_across_a_checkpoint(tmp_path
     expected = TableInfo.of(DeltaTable(str(uri)))
     assert read_log(sink.access.place) == expected
     assert expected.partition_columns == ("v",) and "extra" in expected.arrow_schema().names
+
+
+def test_a_losing_attempt_of_an_older_batch_is_removed_after_later_batches(
+    tmp_path: Path,
+) -> None:
+    uri = tmp_path / "t"
+    sink = DeltaSink(str(uri), create_table=True)
+    winner = prepare(sink, rows(0, 10), attempt=1)
+    loser = prepare(sink, rows(0, 10), attempt=2)  # a speculative attempt nobody decided
+    sink.commit([winner])
+    sink.commit([prepare(sink, rows(10, 20), batch_id=1)])
+    assert unreferenced_data_files(uri) != []
+    sink.abort_prepared([loser])
+    assert ids(uri) == Counter(range(20))
+    assert unreferenced_data_files(uri) == [] and records_left(uri) == []
