@@ -205,6 +205,7 @@ def plan_rewrite(
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return rewrite
+    _refuse_deletion_vectors(table)
     writer: FileWriter | None = None
     for index in _may_hold(actions, keys):
         row: dict[str, Any] = {n: actions.column(n)[index].as_py() for n in actions.column_names}
@@ -242,6 +243,20 @@ def plan_rewrite(
             writer.write(values, batch)
         rewrite.added += writer.close_all()
     return rewrite
+
+
+def _refuse_deletion_vectors(table: DeltaTable) -> None:
+    """This sink rewrites whole files: one with a deletion vector would bring its deleted
+    rows back."""
+    if "deletionVectors" not in (table.protocol().reader_features or ()):
+        return
+    vectors = pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all()
+    if vectors.num_rows:
+        raise PermanentSinkError(
+            f"mode='upsert' cannot rewrite the files of Delta table {table.table_uri}: "
+            f"{vectors.num_rows} of them have deletion vectors (rewrite them with OPTIMIZE "
+            "or REORG first)"
+        )
 
 
 def _text(value: Any) -> str | None:
