@@ -1,6 +1,7 @@
-"""Reading a Delta target back the way a user would: deltalake's reader, DuckDB's
-``delta_scan`` where its extension loads, the log's file list, and the data files on disk
-that the table does not reference."""
+"""Reading a Delta target back the way a user would: deltalake's reader, DuckDB's Parquet
+reader over exactly the files the log references (DuckDB's ``delta`` extension is
+downloaded on first use, which this machine cannot), the log's file list, and the data
+files on disk that no version references."""
 
 from __future__ import annotations
 
@@ -87,26 +88,8 @@ def records_left(uri: str | Path) -> list[str]:
     return sorted(str(p) for p in base.rglob("*") if p.is_file()) if base.exists() else []
 
 
-def duckdb_ids(uri: str | Path, column: str = "id") -> Counter[int] | None:
-    """The ids DuckDB's ``delta_scan`` reads, or None when its delta extension cannot be
-    loaded here (it is downloaded on first use)."""
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.execute("LOAD delta")
-    except duckdb.Error:
-        try:
-            con.execute("INSTALL delta; LOAD delta")
-        except duckdb.Error:
-            return None
-    rows = con.execute(f"SELECT {column} FROM delta_scan(?)", [str(uri)]).fetchall()
-    return Counter(int(r[0]) for r in rows)
-
-
 def duckdb_parquet_ids(uri: str | Path, column: str = "id") -> Counter[int]:
-    """The ids DuckDB reads from exactly the Parquet files the log references (DuckDB's
-    own Parquet reader; the check when its delta extension is not available)."""
+    """The ids DuckDB reads from exactly the Parquet files the log references."""
     import duckdb
 
     files = [str(Path(uri) / p) for p in referenced(uri)]
