@@ -1,9 +1,10 @@
 """Crash matrix of a SinkGroup (docs/groups.md): one query writing two targets with one
 decision, its driver SIGKILLed at every driver crash point of batch 1, then restarted.
 
-Groups: PostgreSQL + MariaDB (both ``two_phase``), files + PostgreSQL ``two_phase``, and
+Groups: PostgreSQL + MariaDB (both ``two_phase``), files + PostgreSQL ``two_phase``,
 PostgreSQL ``two_phase`` + Kafka ``atomic`` as the last resource (read back with a
-``read_committed`` consumer). The members get different projections (the files member only
+``read_committed`` consumer), Delta + PostgreSQL ``two_phase`` and Delta + Kafka
+``atomic`` (read back with deltalake). The members get different projections (the files member only
 ids). After the crash no target
 holds a row twice, and no target holds a batch that the decision does not name; after the
 restart every target holds every id once, with nothing prepared or staged. The local
@@ -47,9 +48,20 @@ GROUPS = {
         ("orders", "postgres", "two_phase", ("id", "payload")),
         ("outbox", "kafka", "atomic", ("id", "key", "payload")),
     ],
+    "delta+postgres": [
+        ("events", "delta", "append", ("id", "payload")),
+        ("orders", "postgres", "two_phase", ("id", "payload")),
+    ],
+    "delta+kafka": [
+        ("events", "delta", "append", ("id", "payload")),
+        ("outbox", "kafka", "atomic", ("id", "key", "payload")),
+    ],
 }
-_LAST_RESOURCE = {"postgres+kafka"}
+_LAST_RESOURCE = {"postgres+kafka", "delta+kafka"}
 """Groups with a last resource: one driver member, so no ``between_members``."""
+_ONE_COMMIT = {"delta+kafka"}
+"""Groups whose driver members commit a batch in one call (a Delta commit per batch): no
+``between_commits``."""
 
 
 def _points(group: str) -> list[CrashPoint]:
@@ -61,6 +73,7 @@ def _points(group: str) -> list[CrashPoint]:
         if p.on_driver
         and not p.in_recovery
         and (p.needs_last_resource == last if p.in_group_only else True)
+        and not (group in _ONE_COMMIT and p is CrashPoint.BETWEEN_COMMITS)
     ]
 
 
@@ -127,6 +140,7 @@ def test_every_group_passes_the_points_it_is_crashed_at() -> None:
     assert CrashPoint.BETWEEN_MEMBERS in _points("postgres+mysql")
     assert CrashPoint.AFTER_LAST_RESOURCE in _points("postgres+kafka")
     assert CrashPoint.BETWEEN_MEMBERS not in _points("postgres+kafka")
+    assert CrashPoint.BETWEEN_COMMITS in _points("delta+postgres")
 
 
 @pytest.mark.parametrize(("group", "point"), CASES, indirect=["group"])
@@ -159,6 +173,9 @@ _SPARK_CI = {  # a representative point per group
     # with both servers' members there in CI, and recovery commits the decided batch
     ("files+postgres", CrashPoint.BETWEEN_MEMBERS),
     ("postgres+kafka", CrashPoint.AFTER_LAST_RESOURCE),
+    # a Delta table and its outbox topic: Kafka's transaction decided, the Delta commit not
+    # yet made when the driver dies
+    ("delta+kafka", CrashPoint.AFTER_LAST_RESOURCE),
 }
 SPARK_CASES = [
     _spark_case(name, point, ci=(name, point) in _SPARK_CI)

@@ -22,7 +22,7 @@ from tests.harness.processes import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PACKAGES = ("twopc", "twopc_files", "twopc_kafka", "twopc_jdbc", "pyspark_twopc")
+PACKAGES = ("twopc", "twopc_files", "twopc_kafka", "twopc_jdbc", "twopc_delta", "pyspark_twopc")
 
 
 def _run(*args: str | Path, cwd: Path = REPO, timeout: float = 600) -> str:
@@ -88,12 +88,13 @@ def test_the_wheel_alone_in_a_new_virtualenv_lists_its_backends(dist: Path, tmp_
     _run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel)
     listed = json.loads(_run(env / "bin" / "twopc", "plugins", "--json", cwd=tmp_path))
     backends = {b["name"]: b for b in listed["backends"]}
-    assert set(backends) == {"files", "kafka", "mysql", "postgres", "iceberg"}
+    assert set(backends) == {"files", "kafka", "mysql", "postgres", "iceberg", "delta"}
     assert backends["files"]["usable"] is True
     assert backends["files"]["version"] == twopc.__version__
     assert 'pip install "twopc[kafka]"' in backends["kafka"]["reason"]
     assert 'pip install "twopc[postgres]"' in backends["postgres"]["reason"]
     assert 'pip install "twopc[iceberg]"' in backends["iceberg"]["reason"]
+    assert 'pip install "twopc[delta]"' in backends["delta"]["reason"]
     assert listed["pyspark"] == {"installed": False, "version": None}
     assert listed["failures"] == []
     version = _run(env / "bin" / "twopc", "--version", cwd=tmp_path)
@@ -124,3 +125,32 @@ def test_the_iceberg_extra_installs_on_its_own_without_spark(dist: Path, tmp_pat
     )
     out = _run(python, "-c", script, cwd=tmp_path)
     assert out.strip().splitlines()[-1] == str(list(range(10)))
+
+
+@pytest.mark.extended
+def test_the_delta_extra_installs_on_its_own_without_spark(dist: Path, tmp_path: Path) -> None:
+    """``pip install "twopc[delta]"`` in a new virtualenv: the backend is usable, no PySpark
+    comes with it, and batches written through the local engine (tasks in forked processes)
+    read back with deltalake."""
+    (wheel,) = dist.glob("twopc-*.whl")
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env)
+    python = env / "bin" / "python"
+    _run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[delta]")
+    listed = json.loads(_run(env / "bin" / "twopc", "plugins", "--json", cwd=tmp_path))
+    backends = {b["name"]: b for b in listed["backends"]}
+    assert backends["delta"]["usable"] is True, backends["delta"]
+    assert listed["pyspark"] == {"installed": False, "version": None}
+    script = (
+        "import pyarrow as pa\n"
+        "from deltalake import DeltaTable\n"
+        "from twopc import local\n"
+        "from twopc_delta import DeltaSink\n"
+        "sink = DeltaSink('t', create_table=True)\n"
+        "batches = [[pa.table({'id': pa.array(range(b * 5, b * 5 + 5), pa.int64())})] * 2\n"
+        "           for b in range(2)]\n"
+        "local.LocalStream('ck', batches).run(local.foreach_batch(sink, 's', commit_log='log'))\n"
+        "print(sorted(DeltaTable('t').to_pyarrow_table()['id'].to_pylist()))\n"
+    )
+    out = _run(python, "-c", script, cwd=tmp_path)
+    assert out.strip().splitlines()[-1] == str(sorted([*range(10), *range(10)]))

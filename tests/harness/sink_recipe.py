@@ -106,4 +106,12 @@ def build_sink(spec: SinkRecipe) -> twopc.Sink[Any]:
             create_table=True,
             **spec.iceberg_options(),
         )
+    if spec.backend == "delta":
+        # append, not upsert: an upsert would hide a duplicate
+        return twopc.create_sink(
+            "delta",
+            table_uri=spec.address,
+            create_table=True,
+            **(json.loads(spec.options) if spec.options else {}),
+        )
     raise ValueError(f"unknown backend {spec.backend!r}")

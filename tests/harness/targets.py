@@ -563,6 +563,36 @@ class GroupTarget(Target):
             target.cleanup(member)
 
 
+class DeltaTarget(Target):
+    """A Delta table per run, under the run directory, written through deltalake. Read back
+    with deltalake's reader; leftovers are data files no version of the log references,
+    a file the current version references twice, and the sink's attempt records."""
+
+    backend = "delta"
+
+    def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkRecipe:
+        return SinkRecipe("delta", mode or "append", run_id, str(run_dir / "delta-table"))
+
+    def committed(self, spec: SinkRecipe) -> Counter[int]:
+        from tests.harness.delta import ids
+
+        return ids(spec.address)
+
+    def leftovers(self, spec: SinkRecipe) -> list[str]:
+        from tests.harness.delta import records_left, referenced, unreferenced_data_files
+
+        paths = referenced(spec.address)
+        twice = sorted(p for p, n in Counter(paths).items() if n > 1)
+        return (
+            [f"data file no version references: {p}" for p in unreferenced_data_files(spec.address)]
+            + [f"data file referenced twice: {p}" for p in twice]
+            + [f"attempt record {p}" for p in records_left(spec.address)]
+        )
+
+    def cleanup(self, spec: SinkRecipe) -> None:
+        shutil.rmtree(spec.address, ignore_errors=True)
+
+
 def make_target(backend: str, env: dict[str, str], mode: str = "") -> Target:
     """The target of a backend, addressed with ``scripts/services env`` settings (``s3``:
     the files backend on the S3 API; ``group``: the members ``mode`` names; ``iceberg``:
@@ -575,6 +605,7 @@ def make_target(backend: str, env: dict[str, str], mode: str = "") -> Target:
         "mysql": lambda: SqlTarget("mysql", env["MYSQL_DSN"]),
         "kafka": lambda: KafkaTarget(env["KAFKA_BOOTSTRAP_SERVERS"]),
         "iceberg": lambda: IcebergTarget(env, mode or "sqlite"),
+        "delta": DeltaTarget,
     }
     if backend in makers:
         return makers[backend]()

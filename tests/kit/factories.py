@@ -88,6 +88,11 @@ def iceberg_sink(target: str) -> Sink[object]:
     return twopc.create_sink("iceberg", table="kit.events", warehouse=target, create_table=True)
 
 
+def delta_sink(target: str) -> Sink[object]:
+    """A Delta table at ``target``, created by the first batch's commit."""
+    return twopc.create_sink("delta", table_uri=target, create_table=True)
+
+
 def iceberg_spark_sink(target: str) -> Sink[object]:
     """The same table created before the sink (the kit's columns), so that ``foreach_batch``
     and ``write_batch`` run phase 1 as Spark's own write job (``write_path="auto"``)."""

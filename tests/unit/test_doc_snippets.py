@@ -80,6 +80,10 @@ LOCAL: dict[tuple[str, str], LocalRun] = {
     ("docs/backends/iceberg.md", '"warehouse": "s3://lake/warehouse",'): LocalRun(
         after="assert sink.access.storage_options['client_kwargs']['region_name'] == 'eu-west-1'"
     ),
+    ("docs/backends/delta.md", 'table_uri="/data/lake/events", create_table=True'): LocalRun(
+        upto="query = ",
+        after='assert sink.describe() == "delta table /data/lake/events"',
+    ),
     ("docs/backends/iceberg.md", 'warehouse="/data/warehouse",'): LocalRun(
         after="assert \"'sqlite:////data/warehouse/twopc-catalog.db'\" in repr(sink)"
     ),

@@ -177,7 +177,7 @@ def test_disable_plugins_hides_them(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(BackendNotFoundError, match="files"):
         registry.create_sink("files", path="/tmp/x")
 
-    monkeypatch.setenv(DISABLE_ENV_VAR, " files , jdbc , iceberg ")
+    monkeypatch.setenv(DISABLE_ENV_VAR, " files , jdbc , iceberg , delta ")
     assert PluginRegistry().names() == ["kafka"]
 
 
