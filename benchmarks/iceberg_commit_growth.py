@@ -19,7 +19,7 @@ At every ``--every`` snapshots it records each writer's median commit time over 
 
     .venv/bin/python benchmarks/iceberg_commit_growth.py --snapshots 600 --every 100
 
-It writes ``results/iceberg_commit_growth.json`` (``--output``). See docs/benchmarks.md.
+It writes ``results/iceberg_commit_growth.json`` (``--output``). See docs/benchmarks-history.md.
 """
 
 from __future__ import annotations

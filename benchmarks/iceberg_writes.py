@@ -25,7 +25,7 @@ of the same rows as one Arrow table (what its API takes). The peak is the proces
 
 Results are printed and written as JSON (``--output``). Spark's own Iceberg writer is not
 compared: Maven Central has no Iceberg runtime for the PySpark here (4.3; the newest runtime
-is for Spark 4.1). See docs/benchmarks.md.
+is for Spark 4.1). See docs/benchmarks-history.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ micro-batches of 1,000 rows (2 partitions, ``local[2]``, no services) through th
 benchmark's ``twopc_null`` writer, each after one ``python_job`` (other jobs of the
 application, as a running query has), and counts the driver's py4j calls during each
 ``twopc_null`` batch. A count that climbs batch after batch is work that grows with the
-query's age (issue 18: the job group listing, see docs/benchmarks.md).
+query's age (issue 18: the job group listing, see docs/benchmarks-history.md).
 
     .venv/bin/python -m benchmarks.spark_writers.py4j_calls --batches 40
     PYTHONPATH=<old checkout>/src .venv/bin/python -m benchmarks.spark_writers.py4j_calls \\
