@@ -330,7 +330,8 @@ class PeakSampler:
             peak = max(status.values(), default=0)
             if peak:
                 self.peaks[pid] = max(self.peaks.get(pid, 0), peak)
-                self.kinds.setdefault(pid, self._kind(pid))
+                if self.kinds.get(pid, "other") == "other":  # spark-class execs the JVM
+                    self.kinds[pid] = self._kind(pid)
             pending.extend(_children(pid))
 
     def _run(self) -> None:
@@ -368,7 +369,7 @@ def memory_child(rows: int, partitions: int, work: Path) -> dict[str, Any]:
         )
         sink = twopc.create_sink("delta", table_uri=str(work / "memory"), create_table=True)
         started = time.perf_counter()
-        twopc.write_batch(frame, sink, "memory", write_id="one")
+        twopc.write_batch(frame, sink, "memory", write_id="one", commit_log=str(work / "log"))
         seconds = time.perf_counter() - started
         sampler.sample()
         spark.stop()

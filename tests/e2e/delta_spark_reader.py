@@ -227,8 +227,13 @@ def demo(work: Path, delta: str) -> dict[str, Any]:
     checks["table unchanged by twopc's replay of batch 3"] = (
         after["version"] == handed["version"] and after["rows"] == handed["rows"]
     )
+    # twopc's files of the batch Spark committed: no version references them, and twopc
+    # cannot tell them from another attempt's without its own commitInfo, so it keeps
+    # them for VACUUM (docs/backends/delta.md); every other file is in the log
     left = unreferenced(work / "table")
-    checks["no twopc data file outside the log"] = left == []
+    checks["no twopc data file outside the log but batch 3's"] = all(
+        f.split("/")[3] == str(BATCHES) for f in left
+    )
     vectors = deletion_vectors(spark, work / "table")
     spark.stop()
     return {
@@ -262,7 +267,8 @@ def deletion_vectors(spark: Any, table: Path) -> dict[str, Any]:
         sink = twopc.create_sink("delta", table_uri=str(table), **options)
         before = read(spark, str(table))
         try:
-            twopc.write_batch(rows, sink, f"dv-{mode}", write_id="one")
+            log = str(table.parent / f"log-dv-{mode}")
+            twopc.write_batch(rows, sink, f"dv-{mode}", write_id="one", commit_log=log)
             found[mode] = "committed"
         except Exception as exc:
             found[mode] = f"{type(exc).__name__}: {exc}"[:2000]

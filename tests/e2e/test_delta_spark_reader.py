@@ -66,3 +66,10 @@ def test_spark_reads_twopc_delta_table_and_its_txn_writer_skips_twopc_batches(
     assert not failed, (failed, result, done.stderr[-4000:])
     assert done.returncode == 0
     assert result["pyspark"].startswith("4.2")
+    # deletion vectors turned on by Spark: twopc appends; an upsert that would rewrite a
+    # file with one is refused, and nothing of it is committed
+    vectors = result["deletion_vectors"]
+    assert vectors["append"] == "committed", vectors
+    assert vectors["append_versions"][1] == vectors["append_versions"][0] + 1
+    assert "have deletion vectors" in vectors["upsert"], vectors
+    assert vectors["upsert_versions"][0] == vectors["upsert_versions"][1]

@@ -21,7 +21,13 @@ import pyarrow as pa
 import pytest
 
 import twopc
-from tests.harness.delta import ids, load, records_left, unreferenced_data_files
+from tests.harness.delta import (
+    duckdb_parquet_ids,
+    ids,
+    load,
+    records_left,
+    unreferenced_data_files,
+)
 from twopc import TaskContext, local
 
 pytest.importorskip("deltalake")
@@ -68,9 +74,16 @@ def protocol(reader: list[str] | None, writer: list[str]) -> dict[str, Any]:
     return {"protocol": action}
 
 
-def assert_nothing_committed(uri: Path, version: int) -> None:
-    assert load(uri).version() == version
-    assert ids(uri) == Counter(range(5))
+def log_version(uri: Path) -> int:
+    """The table's newest version, from its log's file names (deltalake refuses to load a
+    table with a reader feature it lacks)."""
+    return max(int(p.stem) for p in (uri / "_delta_log").glob("*.json"))
+
+
+def assert_nothing_committed(uri: Path, version: int, *, readable: bool = True) -> None:
+    assert log_version(uri) == version
+    if readable:
+        assert ids(uri) == Counter(range(5))
     assert unreferenced_data_files(uri) == [] and records_left(uri) == []
 
 
@@ -95,11 +108,14 @@ def test_an_unknown_reader_feature_fails_the_batch_before_any_file_is_written(
     version = commit_by_hand(
         uri, protocol(["futureReaderFeature"], ["appendOnly", "futureReaderFeature"])
     )
-    with pytest.raises(twopc.BatchFailedError) as failed:
+    # deltalake refuses to load the table: before phase 1, when the driver reads the app
+    # transaction, a permanent error (no retry can help)
+    with pytest.raises(twopc.PermanentSinkError) as failed:
         run(DeltaSink(str(uri)), tmp_path, [[rows(5, 10)]])
     text = str(failed.value)
     assert str(uri) in text and "futureReaderFeature" in text and "batch 0" in text
-    assert_nothing_committed(uri, version)
+    assert "a feature deltalake does not support" in text
+    assert_nothing_committed(uri, version, readable=False)
 
 
 def test_a_protocol_raised_between_phase_1_and_the_commit_refuses_the_commit(
@@ -125,7 +141,10 @@ def test_a_table_with_deletion_vectors_takes_appends(
 ) -> None:
     uri = table_of_five(tmp_path)
     dv = protocol(["deletionVectors"], ["appendOnly", "invariants", "deletionVectors"])
-    commit_by_hand(uri, dv)
+    version = commit_by_hand(uri, dv)
     run(DeltaSink(str(uri)), tmp_path, [[rows(5, 10)]], name="a")
-    assert ids(uri) == Counter(range(10))
+    assert log_version(uri) == version + 1
+    # deltalake 1.6.6 writes such a table but does not read it ("reader features
+    # {'deletionVectors'} ... not yet supported"): read the files the log references
+    assert duckdb_parquet_ids(uri) == Counter(range(10))
     assert unreferenced_data_files(uri) == [] and records_left(uri) == []
