@@ -9,6 +9,7 @@ options' credentials masked.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 __all__ = ["WRITABLE_FEATURES", "Place", "TableAccess", "arrow_schema", "unsupported_features"]
 
 _log = logging.getLogger("twopc.delta")
+
+_UNSUPPORTED = re.compile(
+    r"Unsupported: Feature|unsupported table features|unsupported (reader|writer) feature", re.I
+)
+"""deltalake's words for a table whose protocol it cannot read or write: no retry helps."""
 
 _SECRET_HINTS = ("secret", "key", "token", "password", "sas", "credential", "signature")
 
@@ -129,6 +135,11 @@ class TableAccess:
             return PermanentSinkError(f"{text} (no permission on the table's location)")
         if isinstance(exc, DeltaProtocolError):
             return PermanentSinkError(text)
+        if _UNSUPPORTED.search(cause):
+            return PermanentSinkError(
+                f"{text} (the table's protocol asks for a feature deltalake does not support: "
+                "the twopc delta sink cannot write this table)"
+            )
         return TransientSinkError(text)
 
     def check_writable(self, info: TableInfo, *, upsert: bool) -> None:

@@ -316,6 +316,15 @@ CHECKED: dict[tuple[str, str], str] = {
 }
 
 SKIPPED: dict[tuple[str, str], str] = {
+    ("docs/backends/delta.md", '"io.delta.sql.DeltaSparkSessionExtension"'): (
+        "needs the Delta Spark package, built for Spark 4.2 (this repository's virtualenv "
+        "has PySpark 4.3); tests/e2e/delta_spark_reader.py builds the same session in a "
+        "PySpark 4.2 virtualenv and reads twopc's table back"
+    ),
+    ("docs/backends/delta.md", '.option("txnAppId", app_id)'): (
+        "Spark's Delta writer, which needs the Delta Spark package (Spark 4.2); "
+        "tests/e2e/delta_spark_reader.py runs the same foreachBatch function"
+    ),
     ("docs/backends/iceberg.md", '"spark.sql.catalog.lake.type", "jdbc"'): (
         "needs PySpark 4.0 with the Iceberg runtime for Spark 4.0 (this repository's "
         "virtualenv has PySpark 4.3, for which Maven Central has no runtime); "
