@@ -136,7 +136,8 @@ class Runner:
         result = RunResult(scenario)
         run_dir = self.workdir / f"run-{scenario.seed}-{uuid.uuid4().hex[:6]}"
         run_id = f"chaos-{scenario.seed}-{uuid.uuid4().hex[:8]}"
-        target = make_target(scenario.backend, self.env, scenario.mode)
+        # fork_safe: this process forks every local driver, so it never starts deltalake
+        target = make_target(scenario.backend, self.env, scenario.mode, fork_safe=True)
         spec: SinkRecipe | None = None
         try:
             self._ensure_up(target)
@@ -245,7 +246,7 @@ class Runner:
                     shutil.copytree(run_dir / "chk", run_dir / "chk-copy")
                 if scenario.event == "checkpoint-lost":
                     lost_topic = topic if scenario.engine == "spark" else LOCAL_TOPIC
-                    start = lose_checkpoint(spec, run_dir / "chk", result, lost_topic)
+                    start = _lose_checkpoint(spec, run_dir / "chk", result, lost_topic)
                     if result.lost == "restarted":
                         continue  # the new checkpoint, even when the first attempt finished
             output = log.read_text(errors="replace")
@@ -513,6 +514,30 @@ class _Pauser:
             self.services.resume(self.service)
             self._done = True
         return self._paused_at is not None
+
+
+def _lose_checkpoint(
+    spec: Any, checkpoint: Path, result: RunResult, topic: str
+) -> dict[int, int] | None:
+    """:func:`tests.chaos.lost.lose_checkpoint`; for a run that writes a Delta table, in a
+    forked child (it recovers and reads the table with deltalake, which must never start
+    in this process: see :class:`tests.harness.targets.DeltaTarget`)."""
+    if not _writes_delta(spec):
+        return lose_checkpoint(spec, checkpoint, result, topic)
+
+    def lose() -> tuple[dict[int, int] | None, str]:
+        start = lose_checkpoint(spec, checkpoint, result, topic)
+        return start, result.lost
+
+    start, result.lost = procs.call_in_fork(lose, timeout=SPARK_TIMEOUT)
+    return start
+
+
+def _writes_delta(spec: Any) -> bool:
+    members = getattr(spec, "members", None)
+    if members is not None:
+        return any(m.sink.backend == "delta" for m in members)
+    return bool(spec.backend == "delta")
 
 
 def _remove_first_offsets_temp(run_dir: Path) -> bool:

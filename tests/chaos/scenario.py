@@ -24,6 +24,8 @@ MODES: dict[str, tuple[str, ...]] = {
     "kafka": ("per_partition", "atomic"),
     # an Iceberg table, its catalog on SQLite (the embedded default) or on PostgreSQL
     "iceberg": ("sqlite", "postgres"),
+    # a Delta table under the run directory, written through deltalake (issue 48)
+    "delta": ("append",),
 }
 OPT_IN_MODES: dict[str, tuple[str, ...]] = {
     # an Iceberg table whose catalog is the REST catalog of scripts/services (its service
@@ -38,6 +40,7 @@ SERVICE: dict[str, str | None] = {
     "mysql": "mariadb",
     "kafka": "kafka",
     "iceberg": None,  # modes postgres and rest: the catalog's service (service_of)
+    "delta": None,  # the local disk
 }
 TARGETS = ("driver", "worker", "executor", "service")
 
@@ -58,6 +61,7 @@ LOCAL_WEIGHTS: dict[str, dict[str, float]] = {
     "mysql": {"driver": 0.35, "worker": 0.35, "service": 0.3},
     "kafka": {"driver": 0.45, "worker": 0.45, "service": 0.1},
     "iceberg": {"driver": 0.35, "worker": 0.35, "service": 0.3},  # service: not on SQLite
+    "delta": {"driver": 0.5, "worker": 0.5},
 }
 # Kafka runs cost ~3x a database run (a transactional producer per task), so each Kafka
 # mode is drawn a little less often than the others.
@@ -72,6 +76,7 @@ DELAY_PER_BATCH = {
     "mysql": 0.2,
     "kafka": 0.9,
     "iceberg": 0.3,
+    "delta": 0.3,
     "spark": 1.0,
 }
 GROUP_SHARE = 0.25
@@ -85,7 +90,16 @@ GROUP_MODES = {
     "postgres": ("postgres+mysql", "postgres+files"),
     "mysql": ("mysql+postgres",),
 }
-ALL_GROUP_MODES = ("postgres+mysql", "postgres+files", "postgres+kafka", "mysql+postgres")
+DELTA_GROUP_MODES = ("delta+postgres", "delta+kafka")
+"""Groups whose first member is a Delta table (issue 48): with PostgreSQL ``two_phase``, and
+with Kafka ``atomic`` as the last resource (a Delta table and its outbox topic)."""
+ALL_GROUP_MODES = (
+    "postgres+mysql",
+    "postgres+files",
+    "postgres+kafka",
+    "mysql+postgres",
+    *DELTA_GROUP_MODES,
+)
 KAFKA_GROUP_SHARE = 1 / 3
 """Share of the PostgreSQL groups that take Kafka ``atomic`` as their last resource
 (``postgres+kafka``), drawn after the mode from the same stream, so the groups drawn before
@@ -141,8 +155,25 @@ a stream of its own (``iceberg-SEED``) after the backend, so every seed drawn be
 joined keeps its scenario unless it is one of these. ``--backend iceberg`` draws only
 Iceberg runs."""
 ICEBERG_POSTGRES_SHARE = 1 / 3
-STORE_VARIANTS = ("s3", "iceberg")
-"""Backends drawn as variants of ``files`` (unless the filters leave only them)."""
+DELTA_SHARE = 0.5
+"""Share of the runs still drawn as ``files`` on the local disk after the S3 and Iceberg
+draws that write a Delta table instead (issue 48). Drawn from a stream of its own
+(``delta-SEED``), so every seed drawn before Delta joined keeps its scenario unless it is
+one of these. ``--backend delta`` draws only Delta runs. With ``--backend group`` (groups
+only), the same stream makes a Delta group of a share of the groups: the share of the
+allowed group modes that are Delta's (2 of 6 with every mode)."""
+DELTA_GROUP_SHARE = 1 / 3
+"""Share of the Delta runs that write a ``twopc.SinkGroup`` instead, when the filters allow
+groups: the Delta table first, then PostgreSQL ``two_phase`` or, half of them, Kafka
+``atomic`` as the last resource (``DELTA_GROUP_MODES``). Drawn from a stream of its own
+(``delta-group-SEED``) after everything else, which also draws the group's driver crash
+point again among the points its batch passes (``between_members``, or the last-resource
+points), so a Delta group's other fields are those of the Delta run it replaces. The
+group's kill targets and pauses are the Delta run's: no service (the SQL groups kill and
+pause theirs)."""
+STORE_VARIANTS = ("s3", "iceberg", "delta")
+"""Backends drawn as variants of another (``files``; Delta also of a group) rather than in
+the first draw, unless the filters leave only them."""
 PAUSE_SHARE = 0.12
 """Share of runs on a backend with a service whose first restart sees that service stopped
 (SIGSTOP, ``scripts/services pause``) for ``PAUSE_SECONDS`` and resumed: recovery and the
@@ -174,9 +205,9 @@ class Options:
         every += [(b, m) for b, modes in OPT_IN_MODES.items() for m in modes]
         backends = [b for b in self.backends if not b.startswith("group")]
         if self.groups_only():
-            # the groups' first members
+            # the groups' first members: SQL two_phase, or a Delta table
             firsts = {m.split("+")[0] for m in self.group_modes() or ALL_GROUP_MODES}
-            backends = [f"{b}:two_phase" for b in sorted(firsts)]
+            backends = [f"{b}:two_phase" if b in GROUP_MODES else b for b in sorted(firsts)]
         wanted = {f if ":" in f else f"{f}:{m}" for f in backends for m in MODES[f.split(":")[0]]}
         return [(b, m) for b, m in every if f"{b}:{m}" in wanted]
 
@@ -189,6 +220,13 @@ class Options:
     def group_modes(self) -> tuple[str, ...]:
         """The group modes ``group:<mode>`` names; ``()`` for any."""
         return tuple(b.partition(":")[2] for b in self.backends if b.startswith("group:"))
+
+    def delta_group_modes(self) -> tuple[str, ...]:
+        """The Delta group modes a Delta run may become (none where groups are not drawn)."""
+        if not self.groups_allowed():
+            return ()
+        named = self.group_modes()
+        return tuple(m for m in DELTA_GROUP_MODES if not named or m in named)
 
     def repro_flags(self) -> list[str]:
         """The command-line flags that reproduce this draw (with ``--seed``)."""
@@ -295,6 +333,7 @@ def draw(seed: int, options: Options) -> Scenario:
     drawn = [c for c in combos if c[0] not in STORE_VARIANTS] or combos  # variants of files
     backend, mode = rng.choices(drawn, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in drawn])[0]
     backend, mode = _store(seed, backend, mode, combos)
+    backend, mode = _delta(seed, backend, mode, combos, options)
     writer = options.iceberg_write_path
     weights = _weights(backend, spark, options.targets, mode, writer)
     if not weights:
@@ -333,6 +372,9 @@ def draw(seed: int, options: Options) -> Scenario:
     variant = _variant(seed, event, backend)
     backend, mode, event = _group(seed, backend, mode, event, options)
     fault = _last_resource_fault(seed, mode, fault, partitions)
+    backend, mode, fault = _delta_group(
+        seed, backend, mode, fault=fault, partitions=partitions, options=options
+    )
     if _checkpoint_lost(seed, engine, target, options.checkpoint_lost):
         event, partitions_after, stop_delay, loser = "checkpoint-lost", 0, 0.0, ""
         variant = _lost_log(backend)
@@ -426,8 +468,74 @@ def _group(
     if backend == "postgres" and rng.random() < KAFKA_GROUP_SHARE:
         group_mode = "postgres+kafka"
     if options.group_modes() and group_mode not in options.group_modes():
-        group_mode = rng.choice([m for m in options.group_modes() if m.startswith(backend)])
+        named = [m for m in options.group_modes() if m.startswith(backend)]
+        if not named:  # only groups led by another backend are named (a Delta group)
+            return backend, mode, event
+        group_mode = rng.choice(named)
     return "group", group_mode, "none" if event == "rename" else event
+
+
+def _delta(
+    seed: int, backend: str, mode: str, combos: Sequence[tuple[str, str]], options: Options
+) -> tuple[str, str]:
+    """``(backend, mode)``: a Delta table for a share of the runs still ``files`` (after
+    ``_store``), or, when only groups are drawn, for a share of the groups (which
+    ``_delta_group`` then makes a Delta group)."""
+    if ("delta", "append") not in combos:
+        return backend, mode
+    if backend == "files":
+        share = DELTA_SHARE
+    elif options.groups_only() and mode == "two_phase":
+        allowed = options.group_modes() or ALL_GROUP_MODES
+        share = len(options.delta_group_modes()) / len(allowed)
+    else:
+        return backend, mode
+    if random.Random(f"delta-{seed}").random() >= share:
+        return backend, mode
+    return "delta", "append"
+
+
+def _delta_group(
+    seed: int, backend: str, mode: str, *, fault: str | None, partitions: int, options: Options
+) -> tuple[str, str, str | None]:
+    """``(backend, mode, fault)``: a share of the Delta runs (all of them when only groups
+    are drawn) become a Delta group, with the driver crash point drawn again among the
+    points the group's batch passes; task points and the action and filters stay."""
+    modes = options.delta_group_modes()
+    if backend != "delta" or not modes:
+        return backend, mode, fault
+    rng = random.Random(f"delta-group-{seed}")
+    if not options.groups_only() and rng.random() >= DELTA_GROUP_SHARE:
+        return backend, mode, fault
+    group_mode = rng.choice(modes)
+    if fault is not None:
+        name, _, rest = fault.partition(":")
+        if CrashPoint(name).on_driver:
+            point = rng.choice(_group_driver_points(group_mode, partitions))
+            fault = f"{point.value}:{rest}"
+    return "group", group_mode, fault
+
+
+def _group_driver_points(group_mode: str, partitions: int) -> list[CrashPoint]:
+    """The driver points a Delta group's batch passes, in protocol order. The Delta table
+    commits a batch in one call: ``between_commits`` only where PostgreSQL commits two or
+    more partitions; with Kafka as the last resource, one driver member, so no
+    ``between_members`` but the last-resource points."""
+    if group_mode == "delta+kafka":
+        return [
+            CrashPoint.BEFORE_DECISION,
+            CrashPoint.BEFORE_LAST_RESOURCE,
+            CrashPoint.AFTER_LAST_RESOURCE,
+            CrashPoint.AFTER_DECISION,
+            CrashPoint.AFTER_COMMIT,
+        ]
+    return [
+        CrashPoint.BEFORE_DECISION,
+        CrashPoint.AFTER_DECISION,
+        *([CrashPoint.BETWEEN_COMMITS] if partitions > 1 else []),
+        CrashPoint.BETWEEN_MEMBERS,
+        CrashPoint.AFTER_COMMIT,
+    ]
 
 
 def _last_resource_fault(seed: int, mode: str, fault: str | None, partitions: int) -> str | None:
@@ -501,7 +609,8 @@ def _pause(seed: int, backend: str, engine: str, batches: int) -> tuple[float, f
 
 def _event_applies(event: str, backend: str, mode: str, engine: str, partitions: int) -> bool:
     if event == "rename":
-        return backend not in ("files", "s3", "iceberg")  # they name nothing after an option
+        # they name nothing after an option
+        return backend not in ("files", "s3", "iceberg", "delta")
     if event == "stop":
         return engine == "spark"  # query.stop() is Spark's
     if event == "speculate":
@@ -539,7 +648,7 @@ def _points(backend: str, mode: str, partitions: int) -> tuple[list[CrashPoint],
     task = list(TASK_POINTS) + (list(TASK_COMMIT_POINTS) if commits_in_task else [])
     driver = [CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION]
     single = backend == "kafka" and mode == "atomic"
-    one_step = backend == "iceberg"  # one commit call per batch: no between_commits
+    one_step = backend in ("iceberg", "delta")  # one commit call per batch: no between_commits
     if not commits_in_task and partitions > 1 and not single and not one_step:
         driver.append(CrashPoint.BETWEEN_COMMITS)
     driver.append(CrashPoint.AFTER_COMMIT)

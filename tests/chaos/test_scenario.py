@@ -7,13 +7,16 @@ from dataclasses import replace
 
 import pytest
 
+from tests.chaos import scenario as scenario_module
 from tests.chaos.campaign import repro
 from tests.chaos.scenario import (
     ALL_GROUP_MODES,
+    DELTA_GROUP_MODES,
     MODES,
     SPECULATIVE_MASTER,
     NoScenario,
     Options,
+    Scenario,
     draw,
 )
 from twopc.faults import FaultPlan
@@ -111,7 +114,7 @@ def test_s3_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was()
         scenario = draw(seed, Options())
         if scenario.backend == "group":
             continue  # tested below
-        if scenario.backend not in ("s3", "iceberg"):
+        if scenario.backend not in ("s3", "iceberg", "delta"):
             assert scenario == draw(seed, without)
         else:
             assert draw(seed, without).backend == "files"
@@ -126,14 +129,15 @@ def test_iceberg_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_
     Iceberg draws what it drew before, an Iceberg seed was a local-disk ``files`` run, a
     third of them put the catalog on PostgreSQL (the service a ``service`` run kills), and
     ``--backend iceberg`` draws Iceberg only, never ``rename`` nor ``between_commits``."""
-    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka"))
+    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka", "delta"))
     modes = []
     for seed in range(1000):
         scenario = draw(seed, Options())
         if scenario.backend == "group":
             continue
         if scenario.backend == "iceberg":
-            assert draw(seed, without).backend == "files"
+            # a files run, or (Delta being a share of the files runs) a Delta run
+            assert draw(seed, without).backend in ("files", "delta")
             modes.append(scenario.mode)
         else:
             assert scenario == draw(seed, without)
@@ -169,13 +173,16 @@ def test_a_group_is_a_share_of_the_sql_two_phase_runs_and_leaves_every_other_see
     what it drew before (the draw without groups); a group seed is, without groups, a SQL
     ``two_phase`` run of the group's first member; ``--backend group`` draws groups only,
     never with ``rename``."""
-    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka", "iceberg"))
+    without = Options(backends=("files", "s3", "postgres", "mysql", "kafka", "iceberg", "delta"))
     groups = 0
     for seed in range(1000):
         scenario = draw(seed, Options())
         before = draw(seed, without)
         if scenario.backend != "group":
             assert scenario == before
+            continue
+        if scenario.mode in DELTA_GROUP_MODES:
+            assert (before.backend, before.mode) == ("delta", "append")  # tested below
             continue
         groups += 1
         assert (before.backend, before.mode) == (scenario.mode.split("+")[0], "two_phase")
@@ -199,6 +206,8 @@ def test_group_modes_narrow_the_draw_and_kafka_groups_reach_the_last_resource_po
         "postgres+files",
         "postgres+kafka",
         "mysql+postgres",
+        "delta+postgres",
+        "delta+kafka",
     }
 
 
@@ -237,3 +246,113 @@ def test_checkpoint_lost_is_drawn_apart_on_local_runs_only() -> None:
         inside = after.backend in ("kafka", "postgres", "mysql")
         assert after.variant == ("log-inside" if inside else "log-outside")
     assert "--checkpoint-lost=1" in repro(draw(1, lost), lost, "")
+
+
+def _without_delta(seed: int, options: Options, monkeypatch: pytest.MonkeyPatch) -> Scenario:
+    """The seed's scenario as drawn before Delta joined the mix."""
+    with monkeypatch.context() as patch:
+        patch.setattr(scenario_module, "DELTA_SHARE", 0.0)
+        patch.setattr(Options, "delta_group_modes", lambda self: ())
+        return draw(seed, options)
+
+
+def _is_delta(scenario: Scenario) -> bool:
+    return scenario.backend == "delta" or scenario.mode in DELTA_GROUP_MODES
+
+
+def test_delta_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Delta joined the mix after seeds were recorded (issue 48): a seed not drawn as Delta
+    (alone or in a group) draws what it drew before, the fixed seeds of CI among them; a
+    Delta seed was a local-disk ``files`` run; ``--backend delta`` draws Delta alone, never
+    ``rename``, ``between_commits``, a service kill or a pause."""
+    from tests.chaos.test_campaign import CI_SEEDS
+
+    options = Options(spark_share=0.05)
+    delta = 0
+    for seed in range(1500):
+        scenario = draw(seed, options)
+        before = _without_delta(seed, options, monkeypatch)
+        if _is_delta(scenario):
+            delta += 1
+            assert (before.backend, before.mode) == ("files", "parquet")
+        else:
+            assert scenario == before
+    assert 20 < delta < 90  # a half of the files runs left after S3 and Iceberg: ~3 %
+    for seed in CI_SEEDS:
+        scenario = draw(seed, Options())
+        if not _is_delta(scenario):
+            assert scenario == _without_delta(seed, Options(), monkeypatch)
+    only = [draw(seed, Options(backends=("delta",), spark_share=0.3)) for seed in range(300)]
+    assert {(s.backend, s.mode) for s in only} == {("delta", "append")}
+    assert {s.target for s in only} == {"driver", "worker", "executor"}
+    assert {s.event for s in only} >= {"none", "rescale", "restore", "stop", "speculate"}
+    assert all(s.event != "rename" and s.pause_for == 0 and s.service is None for s in only)
+    assert not any(s.fault and s.fault.startswith("between_commits") for s in only)
+
+
+def test_a_delta_group_is_a_share_of_the_delta_runs_with_its_own_driver_points() -> None:
+    """With groups allowed, a third of the Delta runs write a group instead (the Delta
+    table, then PostgreSQL ``two_phase`` or Kafka ``atomic`` as the last resource); the
+    group keeps the Delta run's other fields, and its driver point is drawn again among
+    those its batch passes."""
+    alone = Options(backends=("delta",), spark_share=1.0)
+    both = Options(backends=("delta", "group:delta+postgres", "group:delta+kafka"), spark_share=1.0)
+    groups: list[Scenario] = []
+    for seed in range(900):
+        scenario, before = draw(seed, both), draw(seed, alone)
+        if scenario.backend == "delta":
+            assert scenario == before
+            continue
+        groups.append(scenario)
+        assert scenario.mode in DELTA_GROUP_MODES
+        assert replace(scenario, backend="delta", mode="append", fault=before.fault) == before
+        if scenario.fault and scenario.fault.split(":")[0] in ("before_begin", "after_invoke"):
+            assert scenario.fault == before.fault  # task points stay
+    assert 0.25 < len(groups) / 900 < 0.42
+    points = {
+        m: {s.fault.split(":")[0] for s in groups if s.fault and s.mode == m}
+        for m in DELTA_GROUP_MODES
+    }
+    assert {"before_last_resource", "after_last_resource"} <= points["delta+kafka"]
+    assert "between_members" not in points["delta+kafka"]
+    assert "between_commits" not in points["delta+kafka"]  # one Delta commit, Kafka last
+    assert {"between_members", "between_commits"} <= points["delta+postgres"]
+    assert not points["delta+postgres"] & {"before_last_resource", "after_last_resource"}
+    for s in groups:
+        if s.fault and s.fault.startswith("between_commits"):
+            assert s.partitions > 1  # PostgreSQL commits two partitions or more
+        assert s.service is None and s.pause_for == 0  # the Delta run's: no service
+
+
+def test_group_filters_reach_delta_groups_and_leave_the_sql_groups_as_they_were() -> None:
+    """``--backend group`` draws Delta groups for a share of its runs (from the Delta
+    stream): every other seed draws the SQL group it drew before; ``group:delta+kafka``
+    draws that group only; a SQL backend with only a Delta group named draws no group."""
+    from tests.chaos.campaign import parse_args
+
+    sql_modes = ("postgres+mysql", "postgres+files", "postgres+kafka", "mysql+postgres")
+    before = Options(backends=tuple(f"group:{m}" for m in sql_modes))
+    delta = 0
+    for seed in range(600):
+        scenario = draw(seed, Options(backends=("group",)))
+        if scenario.mode in DELTA_GROUP_MODES:
+            delta += 1
+        else:
+            assert scenario == draw(seed, before)
+    assert 0.22 < delta / 600 < 0.45  # 2 of the 6 group modes
+    only = [draw(seed, Options(backends=("group:delta+kafka",))) for seed in range(100)]
+    assert {(s.backend, s.mode) for s in only} == {("group", "delta+kafka")}
+    sql = [
+        draw(seed, Options(backends=("postgres:two_phase", "group:delta+postgres")))
+        for seed in range(200)
+    ]
+    assert {s.backend for s in sql} == {"postgres"}
+    args = parse_args(["--backend", "delta", "--backend", "group:delta+postgres"])
+    assert args.backend == ["delta", "group:delta+postgres"]
+    options = Options(backends=("delta", "group:delta+kafka"), spark_share=1.0)
+    assert repro(draw(3, options), options, "") == (
+        "scripts/chaos --seed 3 --runs 1 --backend=delta --backend=group:delta+kafka "
+        "--spark-share=1"
+    )

@@ -63,6 +63,29 @@ def every_referenced(uri: str | Path) -> set[str]:
     return found
 
 
+def added_twice(uri: str | Path) -> list[str]:
+    """Paths that two commits of the log add with no remove of them in between: a batch
+    committed twice. deltalake's reader keeps one file per path, so the ids it shows would
+    not reveal it."""
+    import json
+
+    live: set[str] = set()
+    twice: set[str] = set()
+    for entry in sorted((Path(uri) / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "remove" in action:
+                live.discard(unquote(action["remove"]["path"]))
+            if "add" in action:
+                path = unquote(action["add"]["path"])
+                if path in live:
+                    twice.add(path)
+                live.add(path)
+    return sorted(twice)
+
+
 def unreferenced_data_files(uri: str | Path) -> list[str]:
     """Files outside the log and the sink's records that no version references: what a
     crash may leave and recovery must remove."""

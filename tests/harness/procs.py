@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -17,8 +19,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tests.harness.processes import REPO
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -134,6 +139,60 @@ def spawn(args: Sequence[str], log: Path, environ: dict[str, str | None]) -> Att
             start_new_session=True,
         )
     return Attempt(popen.pid, time.monotonic(), popen)
+
+
+class ForkedCallError(RuntimeError):
+    """The function :func:`call_in_fork` ran raised, or its process died or hung."""
+
+
+def call_in_fork(function: Callable[[], T], timeout: float = 120.0) -> T:
+    """``function()`` run in a forked child process; its (pickled) result returned.
+
+    For a library that must never start in the calling process: deltalake's Rust runtime
+    panics in a process forked from one that used it, and the chaos campaign forks every
+    local-engine driver from its own process, so it reads Delta tables in a child that
+    exits after the read. An exception in the child raises :class:`ForkedCallError` with
+    the child's traceback.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, report, exit without the parent's exit handlers
+        os.close(read_end)
+        try:
+            answer: tuple[str, object] = ("ok", function())
+        except BaseException:
+            answer = ("error", traceback.format_exc())
+        try:
+            payload = pickle.dumps(answer)
+        except Exception:
+            payload = pickle.dumps(("error", traceback.format_exc()))
+        with contextlib.suppress(Exception), os.fdopen(write_end, "wb") as out:
+            out.write(payload)
+        os._exit(0)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([read_end], [], [], remaining)[0]:
+                raise ForkedCallError(f"the forked call did not answer in {timeout:.0f}s")
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if not chunks:
+        raise ForkedCallError("the forked call died without an answer")
+    status, value = pickle.loads(b"".join(chunks))
+    if status != "ok":
+        raise ForkedCallError(f"the forked call failed:\n{value}")
+    return value  # type: ignore[no-any-return]
 
 
 def _parents() -> dict[int, int]:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from tests.harness.kafka_topics import TIMEOUT
@@ -29,6 +29,7 @@ from tests.harness.sql_sink_cases import gtrid_prefix, staging_prefix
 from twopc._coordination.liveness import HEARTBEAT_NAME
 
 MARKER_TABLE = "twopc_markers"  # the SQL sinks' default marker table
+T = TypeVar("T")
 
 
 class Target(ABC):
@@ -515,8 +516,11 @@ class GroupTarget(Target):
 
     backend = "group"
 
-    def __init__(self, env: dict[str, str], mode: str) -> None:
-        self.targets = [(f"m{i}-{b}", make_target(b, env)) for i, b in enumerate(mode.split("+"))]
+    def __init__(self, env: dict[str, str], mode: str, *, fork_safe: bool = False) -> None:
+        self.targets = [
+            (f"m{i}-{b}", make_target(b, env, fork_safe=fork_safe))
+            for i, b in enumerate(mode.split("+"))
+        ]
         self.service = self.targets[0][1].service
 
     def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> Any:
@@ -524,11 +528,15 @@ class GroupTarget(Target):
 
         members = []
         for index, (name, target) in enumerate(self.targets):
-            member_mode = {"files": "parquet", "kafka": "atomic"}.get(target.backend, "two_phase")
+            member_mode = {"files": "parquet", "kafka": "atomic", "delta": "append"}.get(
+                target.backend, "two_phase"
+            )
             where = run_dir / name
             spec = target.prepare(f"{run_id}-{index}", member_mode, where, kafka_partitions)
-            # a SQL table holds the input's columns; a Kafka member's input also has a key
-            columns = ("id", "payload") if target.backend in ("postgres", "mysql") else ()
+            # a SQL or Delta table holds the input's columns; a Kafka member's input also
+            # has a key
+            tables = ("postgres", "mysql", "delta")
+            columns = ("id", "payload") if target.backend in tables else ()
             members.append((name, spec, columns))
         return GroupRecipe.of(run_id, *members)
 
@@ -566,9 +574,23 @@ class GroupTarget(Target):
 class DeltaTarget(Target):
     """A Delta table per run, under the run directory, written through deltalake. Read back
     with deltalake's reader; leftovers are data files no version of the log references,
-    a file the current version references twice, and the sink's attempt records."""
+    a file the current version references twice or two commits add, and the sink's
+    attempt records.
+
+    ``fork_safe``: read in a forked child (:func:`tests.harness.procs.call_in_fork`), so
+    that deltalake's runtime never starts in this process; the chaos campaign forks its
+    local drivers from its own process, and deltalake panics in a child forked from a
+    process that used it."""
 
     backend = "delta"
+
+    def __init__(self, *, fork_safe: bool = False) -> None:
+        self.fork_safe = fork_safe
+
+    def _read(self, function: Callable[[], T]) -> T:
+        from tests.harness.procs import call_in_fork
+
+        return call_in_fork(function) if self.fork_safe else function()
 
     def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkRecipe:
         return SinkRecipe("delta", mode or "append", run_id, str(run_dir / "delta-table"))
@@ -576,36 +598,48 @@ class DeltaTarget(Target):
     def committed(self, spec: SinkRecipe) -> Counter[int]:
         from tests.harness.delta import ids
 
-        return ids(spec.address)
+        return self._read(lambda: ids(spec.address))
 
     def leftovers(self, spec: SinkRecipe) -> list[str]:
-        from tests.harness.delta import records_left, referenced, unreferenced_data_files
-
-        paths = referenced(spec.address)
-        twice = sorted(p for p, n in Counter(paths).items() if n > 1)
-        return (
-            [f"data file no version references: {p}" for p in unreferenced_data_files(spec.address)]
-            + [f"data file referenced twice: {p}" for p in twice]
-            + [f"attempt record {p}" for p in records_left(spec.address)]
-        )
+        return self._read(lambda: _delta_leftovers(spec.address))
 
     def cleanup(self, spec: SinkRecipe) -> None:
         shutil.rmtree(spec.address, ignore_errors=True)
 
 
-def make_target(backend: str, env: dict[str, str], mode: str = "") -> Target:
+def _delta_leftovers(uri: str) -> list[str]:
+    from tests.harness.delta import (
+        added_twice,
+        records_left,
+        referenced,
+        unreferenced_data_files,
+    )
+
+    twice = sorted(p for p, n in Counter(referenced(uri)).items() if n > 1)
+    return (
+        [f"data file no version references: {p}" for p in unreferenced_data_files(uri)]
+        + [f"data file referenced twice: {p}" for p in twice]
+        + [f"data file added by two commits: {p}" for p in added_twice(uri)]
+        + [f"attempt record {p}" for p in records_left(uri)]
+    )
+
+
+def make_target(
+    backend: str, env: dict[str, str], mode: str = "", *, fork_safe: bool = False
+) -> Target:
     """The target of a backend, addressed with ``scripts/services env`` settings (``s3``:
     the files backend on the S3 API; ``group``: the members ``mode`` names; ``iceberg``:
-    the catalog ``mode`` names, ``sqlite`` or ``postgres``)."""
+    the catalog ``mode`` names, ``sqlite`` or ``postgres``). ``fork_safe``: a Delta table
+    (a group's too) is read in a forked child (:class:`DeltaTarget`)."""
     makers: dict[str, Callable[[], Target]] = {
-        "group": lambda: GroupTarget(env, mode),
+        "group": lambda: GroupTarget(env, mode, fork_safe=fork_safe),
         "files": FilesTarget,
         "s3": lambda: S3FilesTarget(env),
         "postgres": lambda: SqlTarget("postgres", env["POSTGRES_DSN"]),
         "mysql": lambda: SqlTarget("mysql", env["MYSQL_DSN"]),
         "kafka": lambda: KafkaTarget(env["KAFKA_BOOTSTRAP_SERVERS"]),
         "iceberg": lambda: IcebergTarget(env, mode or "sqlite"),
-        "delta": DeltaTarget,
+        "delta": lambda: DeltaTarget(fork_safe=fork_safe),
     }
     if backend in makers:
         return makers[backend]()
