@@ -267,7 +267,7 @@ def test_delta_is_a_share_of_the_files_runs_and_leaves_every_other_seed_as_it_wa
     (alone or in a group) draws what it drew before, the fixed seeds of CI among them; a
     Delta seed was a local-disk ``files`` run; ``--backend delta`` draws Delta alone, never
     ``rename``, ``between_commits``, a service kill or a pause."""
-    from tests.chaos.test_campaign import CI_SEEDS
+    from tests.chaos.ci_seeds import CI_SEEDS
 
     options = Options(spark_share=0.05)
     delta = 0

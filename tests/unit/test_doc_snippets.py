@@ -370,6 +370,7 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("README.md", "./scripts/test\n"): "the whole suite",
     ("docs/benchmarks.md", "./scripts/bench"): "the benchmark: tens of minutes",
     ("docs/chaos.md", "scripts/chaos --runs 1000"): "the chaos campaign",
+    ("docs/chaos.md", "scripts/chaos --backend delta"): "the Delta campaign: 110 Spark runs",
     ("docs/quickstart.md", 'pip install "twopc[files,spark]"'): "installs packages",
     ("docs/metrics.md", 'pip install "twopc[files,otel]"'): "installs packages",
     ("docs/conformance.md", 'pip install "twopc[testing]"'): "installs packages",
