@@ -30,7 +30,7 @@ from benchmarks.spark_writers.config import BenchConfig, Endpoints, Workload
 from benchmarks.spark_writers.data import kafka_shape
 from benchmarks.spark_writers.runner import run_workload
 from benchmarks.spark_writers.session import start_session
-from benchmarks.spark_writers.targets import KafkaTarget, Writer, sink_id
+from benchmarks.spark_writers.targets import KafkaTarget, Target, Writer, sink_id
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "results" / "kafka_settings.json"
@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     config = BenchConfig(rows=args.rows, partitions=args.partitions, reps=args.reps)
     endpoints = Endpoints.from_services(start=False)
     modes = [m for m in args.modes.split(",") if m]
-    targets = {f"kafka_{m}": KafkaSettingsTarget(endpoints.kafka_bootstrap, m) for m in modes}
+    targets: dict[str, Target] = {
+        f"kafka_{m}": KafkaSettingsTarget(endpoints.kafka_bootstrap, m) for m in modes
+    }
     workload = Workload(args.rows, args.partitions, tuple(targets), "kafka settings")
     load = os.getloadavg()
     started = time.time()
