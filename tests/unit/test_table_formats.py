@@ -57,11 +57,30 @@ def test_an_attempt_is_started_then_prepared_then_forgotten(tmp_path: Path) -> N
     assert kept.listing() == []
 
 
+class CountingFileSystem(LocalFileSystem):
+    """A local filesystem that counts ``makedirs`` calls (a local ``create_exclusive``
+    makes the directory itself, so a missing one cannot show whether prepare made it)."""
+
+    cachable = False  # a new instance (and count) each time
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        self.made.append(path)
+        super().makedirs(path, exist_ok=exist_ok)
+
+
 def test_prepare_makes_the_directory_unless_told_not_to(tmp_path: Path) -> None:
     done = committable(0, 0)
-    records(tmp_path).mark_prepared(AttemptId.of(done), done)
-    with pytest.raises(FileNotFoundError):
-        records(tmp_path / "b", prepare_makes_dir=False).mark_prepared(AttemptId.of(done), done)
+    for makes_dir, made in ((True, [f"{tmp_path}/_twopc/s/q/0"]), (False, [])):
+        fs = CountingFileSystem()
+        kept = AttemptRecords(fs, f"{tmp_path}/_twopc", "s", "delta", prepare_makes_dir=makes_dir)
+        kept.mark_prepared(AttemptId.of(done), done)
+        assert fs.made == made
+        assert kept.prepared() == [done]
+        fs.rm(f"{tmp_path}/_twopc", recursive=True)
 
 
 def test_sweep_hands_over_unprepared_attempts_and_rewrites(tmp_path: Path) -> None:
