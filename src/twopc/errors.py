@@ -21,6 +21,7 @@ streaming query names what failed and why::
     │   └── BackendUnavailableError   the backend is registered but cannot be used
     ├── SinkError                     raised by or on behalf of a sink
     │   ├── TransientSinkError        retry may help (connection reset, timeout, broker restart)
+    │   │   └── GaveWay               another process prepared the attempt (twopc.table_formats)
     │   ├── PermanentSinkError        will never succeed for this input (bad record, schema)
     │   └── CommitError               phase 2 failed
     │       └── CommitStateUnknownError  we cannot tell whether the commit happened

@@ -12,63 +12,32 @@ The attempt's state lives in the hidden ``<table>/_twopc/<sink_id>/<query_id>/<b
 (``VACUUM`` leaves it alone): ``<partition>-<attempt>.started`` while it writes,
 ``<partition>-<attempt>.json`` (its committable) once prepared; both are removed when the
 batch commits or aborts. An upsert's commit that rewrites existing files marks its
-directory with ``rewrite-<id>.started`` until the commit's outcome is known.
+directory with ``rewrite-<id>.started`` until the commit's outcome is known
+(:mod:`twopc.table_formats` keeps these records).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import quote
 
-from twopc import Committable, TaskContext
+from twopc.table_formats import REWRITE_PREFIX, AttemptId
 
 __all__ = [
     "DATA_DIR",
-    "PREPARED_SUFFIX",
     "RECORD_DIR",
-    "REWRITE_PREFIX",
-    "STARTED_SUFFIX",
-    "AttemptId",
     "attempt_data_dir",
-    "batch_record_dir",
-    "parse_record_name",
+    "record_root",
     "relative_uri",
     "rewrite_data_dir",
-    "sink_record_dir",
 ]
 
-STARTED_SUFFIX = ".started"
-PREPARED_SUFFIX = ".json"
-REWRITE_PREFIX = "rewrite-"
 DATA_DIR = "twopc-data"
 RECORD_DIR = "_twopc"
 
 
-@dataclass(frozen=True)
-class AttemptId:
-    """One task attempt of one batch, as its records and directories name it."""
-
-    query_id: str
-    batch_id: int
-    partition: int
-    attempt: int
-
-    @property
-    def stem(self) -> str:
-        return f"{self.partition}-{self.attempt}"
-
-    @classmethod
-    def of(cls, work: Committable | TaskContext) -> AttemptId:
-        """The attempt a task context or a committable names."""
-        return cls(work.query_id, work.batch_id, work.partition, work.attempt)
-
-
-def sink_record_dir(root: str, sink_id: str) -> str:
-    return f"{root.rstrip('/')}/{RECORD_DIR}/{sink_id}"
-
-
-def batch_record_dir(root: str, sink_id: str, query_id: str, batch_id: int) -> str:
-    return f"{sink_record_dir(root, sink_id)}/{query_id}/{batch_id}"
+def record_root(root: str) -> str:
+    """Where the attempt records of every sink id live (:mod:`twopc.table_formats`)."""
+    return f"{root.rstrip('/')}/{RECORD_DIR}"
 
 
 def attempt_data_dir(root: str, sink_id: str, attempt: AttemptId) -> str:
@@ -87,14 +56,3 @@ def relative_uri(path: str) -> str:
     """A path relative to the table's root as the Delta log writes it: a URI reference,
     percent-encoded (a sink id may hold a space)."""
     return quote(path, safe="/=-_.~")
-
-
-def parse_record_name(name: str) -> tuple[int, int, str] | None:
-    """``(partition, attempt, suffix)`` of an attempt's record file name, else ``None``."""
-    for suffix in (STARTED_SUFFIX, PREPARED_SUFFIX):
-        if name.endswith(suffix):
-            stem = name[: -len(suffix)]
-            partition, sep, attempt = stem.partition("-")
-            if sep and partition.isdigit() and attempt.isdigit():
-                return int(partition), int(attempt), suffix
-    return None

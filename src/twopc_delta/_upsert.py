@@ -27,6 +27,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
 from twopc import PermanentSinkError
+from twopc.table_formats import key_mask
 from twopc_delta._datafiles import (
     FileWriter,
     PartitionValues,
@@ -35,23 +36,9 @@ from twopc_delta._datafiles import (
 )
 from twopc_delta._table import Place, arrow_schema
 
-__all__ = ["KeyLog", "Rewrite", "check_keys", "key_mask", "last_rows_win", "plan_rewrite"]
+__all__ = ["KeyLog", "Rewrite", "last_rows_win", "plan_rewrite"]
 
 _FILE, _ROW = "__twopc_file", "__twopc_row"
-
-
-def check_keys(names: Sequence[str], rows: pa.RecordBatch, offset: int, table: str) -> None:
-    """Every key column exists and is set in every row."""
-    for name in names:
-        if name not in rows.schema.names:
-            raise PermanentSinkError(f"key column {name!r} is not a column of Delta table {table}")
-        column = rows.column(name)
-        if column.null_count:
-            first = pc.index(pc.is_null(column), True).as_py()
-            raise PermanentSinkError(
-                f"key column {name!r} is null in row {offset + first} of this task: upsert "
-                "keys must be set"
-            )
 
 
 @dataclass
@@ -103,16 +90,6 @@ def last_rows_win(
             writer.write(entry.partition_values, batch)
         out += writer.close_all()
     return out
-
-
-def key_mask(table: pa.Table, keys: pa.Table) -> pa.Array:
-    """Which rows of ``table`` have a key (the columns of ``keys``) that ``keys`` holds."""
-    names = keys.column_names
-    if len(names) == 1:
-        return pc.is_in(table.column(names[0]), value_set=keys.column(0).combine_chunks())
-    probe = table.select(names).append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
-    joined = probe.join(keys, keys=names, join_type="inner", use_threads=False)
-    return pc.is_in(probe.column(_ROW), value_set=joined.column(_ROW).combine_chunks())
 
 
 @dataclass

@@ -43,7 +43,6 @@ from twopc import (
     Inspection,
     KeepsMarkers,
     KeepsSourceOffsets,
-    PendingWork,
     PermanentSinkError,
     RecoveryScope,
     Sink,
@@ -51,7 +50,14 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
-    WorkKind,
+)
+from twopc.table_formats import (
+    AttemptId,
+    AttemptRecords,
+    GaveWay,
+    RecordEntry,
+    check_keys,
+    commit_by_batch,
 )
 from twopc_delta._datafiles import (
     FileWriter,
@@ -61,14 +67,14 @@ from twopc_delta._datafiles import (
     conform,
     split_by_partition,
 )
-from twopc_delta._layout import AttemptId, attempt_data_dir, rewrite_data_dir
+from twopc_delta._layout import attempt_data_dir, rewrite_data_dir
 from twopc_delta._log import TableInfo, read_log
 from twopc_delta._markers import app_id, batch_commits, commit_metadata, find_batch
 from twopc_delta._options import MODES, SCHEMA_EVOLUTION, check_options
 from twopc_delta._payload import DeltaPayload
-from twopc_delta._records import GaveWay, RecordEntry, Records
+from twopc_delta._records import records_of
 from twopc_delta._table import TableAccess, arrow_schema
-from twopc_delta._upsert import KeyLog, Rewrite, check_keys, last_rows_win, plan_rewrite
+from twopc_delta._upsert import KeyLog, Rewrite, last_rows_win, plan_rewrite
 
 __all__ = ["MODES", "SCHEMA_EVOLUTION", "DeltaPayload", "DeltaSink", "app_id"]
 
@@ -82,7 +88,7 @@ class DeltaTransaction:
     ctx: TaskContext
     attempt: AttemptId
     writer: FileWriter | None = None
-    records: Records | None = None
+    records: AttemptRecords | None = None
     target: pa.Schema | None = None
     """The table's columns (``None``: the table does not exist yet, the data's columns)."""
     partition_by: tuple[str, ...] = ()
@@ -186,8 +192,8 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         committed with version = batch id."""
         return app_id(sink_id, query_id)
 
-    def _records(self, sink_id: str) -> Records:
-        return Records(self.access.place, sink_id)
+    def _records(self, sink_id: str) -> AttemptRecords:
+        return records_of(self.access.place, sink_id)
 
     # -- phase 1 ---------------------------------------------------------------------------
 
@@ -210,7 +216,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         if txn.written is None:
             txn.written = self._checked_schema(rows.schema)
         if txn.keys is not None:
-            check_keys(self.key_columns, rows, txn.rows, self.table_uri)
+            check_keys(self.key_columns, rows, txn.rows, f"Delta table {self.table_uri}")
         for values, piece, positions in split_by_partition(rows, txn.partition_by):
             txn.writer.write(values, piece)
             if txn.keys is not None:
@@ -323,16 +329,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         return [list(committables)] if committables else []
 
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        outcomes: dict[int, CommitOutcome] = {}
-        batches: dict[tuple[str, str, int], list[int]] = {}
-        for index, committable in enumerate(committables):
-            key = (committable.sink_id, committable.query_id, committable.batch_id)
-            batches.setdefault(key, []).append(index)
-        for key in sorted(batches, key=lambda k: k[2]):
-            indexes = batches[key]
-            found = self._commit_batch([committables[i] for i in indexes])
-            outcomes.update(zip(indexes, found, strict=True))
-        return [outcomes[i] for i in range(len(committables))]
+        return commit_by_batch(committables, self._commit_batch)
 
     def _commit_batch(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         """Commit committables of one batch in one Delta commit; a commit that lost to
@@ -524,9 +521,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         except Exception as exc:
             self._after_unknown(first, exc)  # landed, or raises
         if rewrite.directory:
-            records.forget_path(
-                records.rewrite_path(first.query_id, first.batch_id, rewrite.rewrite_id)
-            )
+            records.forget_rewrite(first.query_id, first.batch_id, rewrite.rewrite_id)
         _log.info(
             "twopc delta: batch %d committed to %s: %d file(s), %d row(s)%s",
             first.batch_id,
@@ -621,26 +616,20 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
             ),
         )
 
-    def _drop_rewrite(self, records: Records, first: Committable, rewrite: Rewrite) -> None:
+    def _drop_rewrite(self, records: AttemptRecords, first: Committable, rewrite: Rewrite) -> None:
         """A commit that did not land: its rewritten files are nobody's."""
         if not rewrite.directory:
             return
         fs = self.access.place.fs
         if fs.exists(rewrite.directory):
             fs.rm(rewrite.directory, recursive=True)
-        records.forget_path(
-            records.rewrite_path(first.query_id, first.batch_id, rewrite.rewrite_id)
-        )
+        records.forget_rewrite(first.query_id, first.batch_id, rewrite.rewrite_id)
 
     def _forget(self, committables: Sequence[Committable]) -> None:
         """Remove the records of committed attempts (their data files stay: the table
         references them)."""
-        for c in committables:
-            attempt = AttemptId.of(c)
-            try:
-                self._records(c.sink_id).forget(attempt)
-            except OSError as exc:
-                _log.warning("twopc delta: cannot remove the record of %s: %s", attempt, exc)
+        if committables:  # one batch: one sink id
+            self._records(committables[0].sink_id).forget_committed(committables)
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         if not committables:
@@ -668,33 +657,19 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
     # -- recovery --------------------------------------------------------------------------
 
     def recover(self, sink_id: str) -> list[Committable]:
-        records = self._records(sink_id)
-        found = (records.committable(e) for e in records.listing() if e.prepared)
-        return [c for c in found if c is not None]
+        return self._records(sink_id).prepared()
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Delete the files of attempts that started but never prepared, and of upsert
         rewrites whose commit never landed."""
         records = self._records(sink_id)
-        entries = records.listing()
-        if not entries:
-            return 0
-        kept = {AttemptId.of(c) for c in keep}
-        prepared = {e.attempt for e in entries if e.prepared}
-        removed = 0
-        for entry in entries:
-            if entry.rewrite_id is not None:
-                self._sweep_rewrite(records, entry)
-                removed += 1
-                continue
-            attempt = entry.attempt
-            if not entry.started or attempt is None or attempt in prepared or attempt in kept:
-                continue
-            self._remove_attempt(sink_id, attempt)
-            removed += 1
-        return removed
+        return records.sweep(
+            keep,
+            lambda attempt: self._remove_attempt(sink_id, attempt),
+            lambda entry: self._sweep_rewrite(records, entry),
+        )
 
-    def _sweep_rewrite(self, records: Records, entry: RecordEntry) -> None:
+    def _sweep_rewrite(self, records: AttemptRecords, entry: RecordEntry) -> None:
         """A rewrite record a crash left: its files are the table's if the table
         references them, else nobody's."""
         assert entry.rewrite_id is not None
@@ -747,30 +722,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
 
     def inspect(self, sink_id: str) -> Inspection:
         """Prepared attempts, attempts that never prepared, and the table's markers."""
-        records = self._records(sink_id)
-        entries = records.listing()
-        prepared = {e.attempt for e in entries if e.prepared}
-        pending: list[PendingWork] = []
-        for entry in entries:
-            attempt = entry.attempt
-            if entry.prepared:
-                committable = records.committable(entry)
-                if committable is not None:
-                    pending.append(PendingWork.prepared(committable, entry.path))
-            elif entry.rewrite_id is not None or (entry.started and attempt not in prepared):
-                pending.append(
-                    PendingWork(
-                        kind=WorkKind.UNPREPARED,
-                        ident=entry.path,
-                        query_id=entry.query_id,
-                        batch_id=entry.batch_id,
-                        partition=attempt.partition if attempt else None,
-                        attempt=attempt.attempt if attempt else None,
-                        detail="data files of an attempt that did not prepare"
-                        if attempt
-                        else "files of an upsert rewrite whose commit did not finish",
-                    )
-                )
+        pending = self._records(sink_id).pending()
         table = self.access.load()
         if table is None:
             return Inspection(

@@ -26,10 +26,11 @@ from twopc import (
     TaskContext,
 )
 from twopc.storage import is_local
+from twopc.table_formats import AttemptId
 from twopc_iceberg._datafiles import WrittenFile
-from twopc_iceberg._layout import AttemptId, attempt_data_dir
+from twopc_iceberg._layout import attempt_data_dir
 from twopc_iceberg._payload import IcebergPayload
-from twopc_iceberg._records import Records
+from twopc_iceberg._records import records_of
 from twopc_iceberg._spark_write import (
     SESSION_CONF,
     JobFile,
@@ -103,7 +104,7 @@ class SparkPhase1:
             )
         select, partition_by = projection(table, columns, self.table)
         data = self.access.data(table)
-        Records(self.access.home(table), ctx.sink_id).mark_started(AttemptId.of(ctx))
+        records_of(self.access.home(table), ctx.sink_id).mark_started(AttemptId.of(ctx))
         job = self._job(data.path, ctx)
         if data.fs.exists(job):
             data.fs.rm(job, recursive=True)  # a run of this very name that died
@@ -122,7 +123,7 @@ class SparkPhase1:
         describe them from their footers (against ``table`` as :meth:`plan` saw it, whose
         columns and spec the job wrote), then record each partition as prepared."""
         data = self.access.data(table)
-        records = Records(self.access.home(table), ctx.sink_id)
+        records = records_of(self.access.home(table), ctx.sink_id)
         job = self._job(data.path, ctx)
         with contextlib.suppress(AttributeError):
             data.fs.invalidate_cache()

@@ -27,15 +27,14 @@ from pyiceberg.partitioning import PartitionKey
 from pyiceberg.table import Table
 
 from twopc import CommitError, PermanentSinkError
+from twopc.table_formats import key_mask
 from twopc_iceberg._datafiles import FileRoller, WrittenFile, conform, file_schema, read_columns
 from twopc_iceberg._layout import rewrite_data_dir
 from twopc_iceberg._tables import Place
 
 __all__ = [
     "Rewrite",
-    "check_keys",
     "key_columns_of",
-    "key_mask",
     "keys_written",
     "last_rows_win",
     "plan_rewrite",
@@ -55,20 +54,6 @@ def key_columns_of(table: Table, chosen: Sequence[str], name: str) -> tuple[str,
             "key_columns"
         )
     return names
-
-
-def check_keys(names: Sequence[str], rows: pa.RecordBatch, offset: int, table: str) -> None:
-    """Every key column exists and is set in every row."""
-    for name in names:
-        if name not in rows.schema.names:
-            raise PermanentSinkError(f"key column {name!r} is not a column of table {table}")
-        column = rows.column(name)
-        if column.null_count:
-            first = pc.index(pc.is_null(column), True).as_py()
-            raise PermanentSinkError(
-                f"key column {name!r} is null in row {offset + first} of this task: upsert "
-                "keys must be set"
-            )
 
 
 def keys_written(names: Sequence[str], piece: pa.RecordBatch, path: str, first: int) -> pa.Table:
@@ -110,16 +95,6 @@ def last_rows_win(
             out += roller.close_all()
             roller.written.clear()
     return out
-
-
-def key_mask(table: pa.Table, keys: pa.Table) -> pa.Array:
-    """Which rows of ``table`` have a key (the columns of ``keys``) that ``keys`` holds."""
-    names = keys.column_names
-    if len(names) == 1:
-        return pc.is_in(table.column(names[0]), value_set=keys.column(0).combine_chunks())
-    probe = table.select(names).append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
-    joined = probe.join(keys, keys=names, join_type="inner", use_threads=False)
-    return pc.is_in(probe.column(_ROW), value_set=joined.column(_ROW).combine_chunks())
 
 
 def key_filter(keys: pa.Table) -> BooleanExpression:
@@ -190,7 +165,7 @@ def plan_rewrite(
         old = pa.Table.from_batches(
             [conform(b, schema, arrow_schema) for b in old.to_batches()], schema=arrow_schema
         )
-        hits = key_mask(old, keys.select(list(names)))
+        hits = key_mask(old, keys.select(list(names)), row_column=_ROW)
         if not pc.any(hits).as_py():
             continue
         if roller is None:

@@ -37,7 +37,6 @@ from twopc import (
     Inspection,
     KeepsMarkers,
     KeepsSourceOffsets,
-    PendingWork,
     PermanentSinkError,
     RecoveryScope,
     Sink,
@@ -47,8 +46,15 @@ from twopc import (
     TargetMarker,
     TaskContext,
     TransientSinkError,
-    WorkKind,
     WritesWithSpark,
+)
+from twopc.table_formats import (
+    AttemptId,
+    AttemptRecords,
+    GaveWay,
+    RecordEntry,
+    check_keys,
+    commit_by_batch,
 )
 from twopc_iceberg._catalogs import catalog_properties, public_properties
 from twopc_iceberg._datafiles import (
@@ -58,7 +64,7 @@ from twopc_iceberg._datafiles import (
     file_schema,
     split_by_partition,
 )
-from twopc_iceberg._layout import AttemptId, attempt_data_dir, rewrite_data_dir
+from twopc_iceberg._layout import attempt_data_dir, rewrite_data_dir
 from twopc_iceberg._markers import (
     NO_MARKER,
     Marker,
@@ -75,14 +81,13 @@ from twopc_iceberg._options import (
     s3_storage_options,
 )
 from twopc_iceberg._payload import IcebergPayload
-from twopc_iceberg._records import GaveWay, RecordEntry, Records
+from twopc_iceberg._records import records_of
 from twopc_iceberg._spark_phase1 import SparkPhase1
 from twopc_iceberg._spark_write import WRITE_PATHS
 from twopc_iceberg._tables import TableAccess
 from twopc_iceberg._transaction import batch_transaction
 from twopc_iceberg._upsert import (
     Rewrite,
-    check_keys,
     key_columns_of,
     keys_written,
     last_rows_win,
@@ -104,7 +109,7 @@ class IcebergTransaction:
     attempt: AttemptId
     roller: FileRoller | None = None
     table: Table | None = None
-    records: Records | None = None
+    records: AttemptRecords | None = None
     schema: pa.Schema | None = None
     """The data's schema (first batch); every later batch of the task must match it."""
     key_columns: tuple[str, ...] = ()
@@ -226,8 +231,8 @@ class IcebergSink(
         it does not exist: for reading it back (``load_table().scan().to_arrow()``)."""
         return self.access.load()
 
-    def _records(self, table: Table, sink_id: str) -> Records:
-        return Records(self.access.home(table), sink_id)
+    def _records(self, table: Table, sink_id: str) -> AttemptRecords:
+        return records_of(self.access.home(table), sink_id)
 
     # -- phase 1 ---------------------------------------------------------------------------
 
@@ -248,7 +253,7 @@ class IcebergSink(
         table = txn.table
         rows = conform(batch, table.schema(), txn.roller.arrow_schema)
         if self.mode == "upsert":
-            check_keys(txn.key_columns, rows, txn.rows, self.table)
+            check_keys(txn.key_columns, rows, txn.rows, f"table {self.table}")
         for key, piece in split_by_partition(rows, table.spec(), table.schema()):
             path = txn.roller.write(key, piece)
             txn.partitions.setdefault(path, key)
@@ -380,16 +385,7 @@ class IcebergSink(
         return [list(committables)] if committables else []
 
     def commit(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
-        outcomes: dict[int, CommitOutcome] = {}
-        batches: dict[tuple[str, str, int], list[int]] = {}
-        for index, committable in enumerate(committables):
-            key = (committable.sink_id, committable.query_id, committable.batch_id)
-            batches.setdefault(key, []).append(index)
-        for key in sorted(batches, key=lambda k: k[2]):
-            indexes = batches[key]
-            found = self._commit_batch([committables[i] for i in indexes])
-            outcomes.update(zip(indexes, found, strict=True))
-        return [outcomes[i] for i in range(len(committables))]
+        return commit_by_batch(committables, self._commit_batch)
 
     def _commit_batch(self, committables: Sequence[Committable]) -> list[CommitOutcome]:
         """Commit committables of one batch in one snapshot; a lost compare-and-swap is
@@ -534,9 +530,7 @@ class IcebergSink(
         except Exception as exc:
             self._after_unknown(first, exc)  # landed, or raises
         if rewrite.directory:
-            records.forget_path(
-                records.rewrite_path(first.query_id, first.batch_id, rewrite.rewrite_id)
-            )
+            records.forget_rewrite(first.query_id, first.batch_id, rewrite.rewrite_id)
         _log.info(
             "twopc iceberg: batch %d committed to %s: %d file(s), %d row(s)%s",
             first.batch_id,
@@ -599,7 +593,7 @@ class IcebergSink(
         )
 
     def _drop_rewrite(
-        self, table: Table, records: Records, first: Committable, rewrite: Rewrite
+        self, table: Table, records: AttemptRecords, first: Committable, rewrite: Rewrite
     ) -> None:
         """A commit that did not land: its rewritten files are nobody's."""
         if not rewrite.directory:
@@ -607,22 +601,13 @@ class IcebergSink(
         data = self.access.data(table)
         if data.fs.exists(rewrite.directory):
             data.fs.rm(rewrite.directory, recursive=True)
-        records.forget_path(
-            records.rewrite_path(first.query_id, first.batch_id, rewrite.rewrite_id)
-        )
+        records.forget_rewrite(first.query_id, first.batch_id, rewrite.rewrite_id)
 
     def _forget(self, table: Table, committables: Sequence[Committable]) -> None:
         """Remove the records of committed attempts (their data files stay: the table
         references them)."""
-        if not committables:
-            return
-        records = self._records(table, committables[0].sink_id)  # one batch: one sink id
-        for c in committables:
-            attempt = AttemptId.of(c)
-            try:
-                records.forget(attempt)
-            except OSError as exc:
-                _log.warning("twopc iceberg: cannot remove the record of %s: %s", attempt, exc)
+        if committables:  # one batch: one sink id
+            self._records(table, committables[0].sink_id).forget_committed(committables)
 
     def abort_prepared(self, committables: Sequence[Committable]) -> None:
         if not committables:
@@ -650,9 +635,7 @@ class IcebergSink(
         table = self.access.load()
         if table is None:
             return []
-        records = self._records(table, sink_id)
-        found = (records.committable(e) for e in records.listing() if e.prepared)
-        return [c for c in found if c is not None]
+        return self._records(table, sink_id).prepared()
 
     def sweep(self, sink_id: str, keep: Sequence[Committable] = ()) -> int:
         """Delete the files of attempts that started but never prepared, and of upsert
@@ -661,27 +644,20 @@ class IcebergSink(
         if table is None:
             return 0
         records = self._records(table, sink_id)
-        entries = records.listing()
-        kept = {AttemptId.of(c) for c in keep}
-        prepared = {e.attempt for e in entries if e.prepared}
         markers: dict[str, Marker] | None = None
-        removed = 0
-        for entry in entries:
-            if entry.rewrite_id is not None:
-                if markers is None:
-                    markers = markers_of(table, sink_id)
-                self._sweep_rewrite(table, records, entry, markers.get(entry.query_id, NO_MARKER))
-                removed += 1
-                continue
-            attempt = entry.attempt
-            if not entry.started or attempt is None or attempt in prepared or attempt in kept:
-                continue
-            self._remove_attempt(table, sink_id, attempt)
-            removed += 1
-        return removed
+
+        def sweep_rewrite(entry: RecordEntry) -> None:
+            nonlocal markers
+            if markers is None:
+                markers = markers_of(table, sink_id)  # read at the first rewrite record
+            self._sweep_rewrite(table, records, entry, markers.get(entry.query_id, NO_MARKER))
+
+        return records.sweep(
+            keep, lambda attempt: self._remove_attempt(table, sink_id, attempt), sweep_rewrite
+        )
 
     def _sweep_rewrite(
-        self, table: Table, records: Records, entry: RecordEntry, marker: Marker
+        self, table: Table, records: AttemptRecords, entry: RecordEntry, marker: Marker
     ) -> None:
         """A rewrite record a crash left: its files are the table's if its batch
         committed, else nobody's."""
@@ -727,30 +703,7 @@ class IcebergSink(
                 notes=(f"table {self.table} does not exist (yet): nothing to recover",),
                 markers=(),
             )
-        records = self._records(table, sink_id)
-        entries = records.listing()
-        prepared = {e.attempt for e in entries if e.prepared}
-        pending: list[PendingWork] = []
-        for entry in entries:
-            attempt = entry.attempt
-            if entry.prepared:
-                committable = records.committable(entry)
-                if committable is not None:
-                    pending.append(PendingWork.prepared(committable, entry.path))
-            elif entry.rewrite_id is not None or (entry.started and attempt not in prepared):
-                pending.append(
-                    PendingWork(
-                        kind=WorkKind.UNPREPARED,
-                        ident=entry.path,
-                        query_id=entry.query_id,
-                        batch_id=entry.batch_id,
-                        partition=attempt.partition if attempt else None,
-                        attempt=attempt.attempt if attempt else None,
-                        detail="data files of an attempt that did not prepare"
-                        if attempt
-                        else "files of an upsert rewrite whose commit did not finish",
-                    )
-                )
+        pending = self._records(table, sink_id).pending()
         markers = tuple(
             TargetMarker(query_id, partition, marker.batch_id)
             for query_id, marker in sorted(markers_of(table, sink_id).items())

@@ -12,7 +12,6 @@ of Spark's write job (``tests/e2e/test_iceberg_spark_write.py``)."""
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,34 +20,21 @@ import pytest
 
 from tests.harness.backend_cases import add_input, new_target
 from tests.harness.entry_runs import command, kill_executors_when
-from tests.harness.processes import run_process
-from tests.harness.sink_recipe import SinkRecipe
-from tests.harness.targets import Target
-from twopc import CommitLog
+from tests.harness.table_crashes import (
+    CRASH_BATCH,
+    POINTS,
+    Case,
+    local_query_killed,
+    spark_cases,
+    spark_query_killed,
+)
 from twopc.faults import CrashPoint
 
 pytest.importorskip("pyiceberg")
 
 pytestmark = [pytest.mark.e2e]
 
-BATCHES, PARTITIONS, ROWS, CRASH_BATCH = 3, 2, 10, 1
-EXPECTED = {
-    b * 1000 + p * ROWS + i for b in range(BATCHES) for p in range(PARTITIONS) for i in range(ROWS)
-}
-# every point a driver-commit sink that commits a batch in one step passes
-POINTS = [
-    CrashPoint.BEFORE_BEGIN,
-    CrashPoint.AFTER_INVOKE,
-    CrashPoint.BEFORE_PRE_COMMIT,
-    CrashPoint.AFTER_PRE_COMMIT,
-    CrashPoint.BEFORE_DECISION,
-    CrashPoint.AFTER_DECISION,
-    CrashPoint.AFTER_COMMIT,
-]
-DECIDED = {CrashPoint.AFTER_DECISION, CrashPoint.AFTER_COMMIT}
 SPARK_CI: set[CrashPoint] = set()  # see the module's docstring
-
-Case = tuple[Target, SinkRecipe]
 
 
 @pytest.fixture
@@ -56,41 +42,6 @@ def iceberg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     target, spec = new_target(request, "iceberg", "sqlite", tmp_path / "target", prefix="ic")
     yield target, spec
     target.cleanup(spec)
-
-
-def _faults(point: CrashPoint) -> str:
-    where = "" if point.on_driver else ",partition=1"
-    rows = ",rows=5" if point is CrashPoint.AFTER_INVOKE else ""
-    return f"{point.value}:kill@batch={CRASH_BATCH}{where}{rows}"
-
-
-def _crash_then_restart(
-    args: list[str],
-    case: Case,
-    point: CrashPoint,
-    *,
-    log: str,
-    expected: set[int],
-    crashed_batch: set[int],
-    timeout: float,
-) -> None:
-    target, spec = case
-    crashed = run_process(args, faults=_faults(point), timeout=timeout)
-    expected_code = -signal.SIGKILL if point.on_driver else 1
-    assert crashed.returncode == expected_code, crashed.stderr[-3000:]
-    seen = target.committed(spec)
-    assert max(seen.values(), default=1) == 1, f"duplicates after {point}"
-    (query_id,) = CommitLog(log).query_ids()
-    decided = CommitLog(log).decision(query_id, CRASH_BATCH) is not None
-    assert decided == (point in DECIDED)
-    if not decided:
-        assert not crashed_batch & set(seen), "the table shows an undecided batch"
-    finished = run_process(args, timeout=timeout)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    seen = target.committed(spec)
-    assert sorted(i for i, n in seen.items() if n > 1) == []
-    assert set(seen) == expected
-    assert target.leftovers(spec) == []
 
 
 def test_the_matrix_has_every_point_an_iceberg_sink_passes(tmp_path: Path) -> None:
@@ -105,54 +56,15 @@ def test_the_matrix_has_every_point_an_iceberg_sink_passes(tmp_path: Path) -> No
 def test_local_query_killed_at_every_point(
     iceberg: Case, point: CrashPoint, tmp_path: Path
 ) -> None:
-    _, spec = iceberg
-    checkpoint = str(tmp_path / "chk")
-    args = ["-m", "tests.harness.recipe_local_query", spec.dumps(), checkpoint]
-    args += [str(BATCHES), str(PARTITIONS), str(ROWS), "1"]
-    _crash_then_restart(
-        args,
-        iceberg,
-        point,
-        log=str(spec.commit_log(checkpoint)),
-        expected=EXPECTED,
-        crashed_batch={i for i in EXPECTED if i // 1000 == CRASH_BATCH},
-        timeout=180,
-    )
-
-
-SPARK_CASES = [
-    pytest.param(point, id=point.value, marks=[] if point in SPARK_CI else [pytest.mark.extended])
-    for point in POINTS
-]
-
-
-def _spark_args(
-    spec: SinkRecipe, tmp_path: Path, *extra: str
-) -> tuple[list[str], set[int], set[int]]:
-    source = tmp_path / "in"
-    first, crashed = add_input(source, 0), add_input(source, 1)
-    expected = first | crashed | add_input(source, 2)
-    args = ["-m", "tests.harness.recipe_spark_query", "--spec", spec.dumps()]
-    args += ["--checkpoint", str(tmp_path / "chk"), "--input", str(source), "--partitions", "2"]
-    return [*args, *extra], expected, crashed
+    local_query_killed(iceberg, point, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", SPARK_CASES)
+@pytest.mark.parametrize("point", spark_cases(SPARK_CI))
 def test_spark_query_killed_at_every_point(
     iceberg: Case, point: CrashPoint, tmp_path: Path
 ) -> None:
-    _, spec = iceberg
-    args, expected, crashed = _spark_args(spec, tmp_path)
-    _crash_then_restart(
-        args,
-        iceberg,
-        point,
-        log=str(spec.commit_log(str(tmp_path / "chk"))),
-        expected=expected,
-        crashed_batch=crashed,
-        timeout=300,
-    )
+    spark_query_killed(iceberg, point, tmp_path)
 
 
 SPARK_WRITE_POINTS = [point for point in POINTS if point.on_driver]
@@ -177,16 +89,7 @@ def test_spark_write_path_query_killed_at_every_driver_point(
         spec, options=json.dumps({**json.loads(spec.options or "{}"), "write_path": "spark"})
     )
     build_sink(spec).access.for_data(pa.schema([("id", pa.int64()), ("payload", pa.string())]))
-    args, expected, crashed = _spark_args(spec, tmp_path)
-    _crash_then_restart(
-        args,
-        (target, spec),
-        point,
-        log=str(spec.commit_log(str(tmp_path / "chk"))),
-        expected=expected,
-        crashed_batch=crashed,
-        timeout=300,
-    )
+    spark_query_killed((target, spec), point, tmp_path)
     # only files without field ids (Spark's writer's) make the commit set the name mapping
     assert "schema.name-mapping.default" in build_sink(spec).load_table().properties
 

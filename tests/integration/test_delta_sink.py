@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from tests.harness.delta import (
     scan,
     unreferenced_data_files,
 )
-from twopc import CommitOutcome, Committable, TaskContext, local
+from tests.harness.local_runs import run
+from twopc import CommitOutcome, Committable, TaskContext
 
 pytest.importorskip("deltalake")
 
@@ -43,21 +43,6 @@ def rows(start: int, stop: int, value: str = "a", **extra: Any) -> pa.Table:
     }
     columns.update(extra)
     return pa.table(columns)
-
-
-def run(
-    sink: DeltaSink,
-    tmp_path: Path,
-    batches: Sequence[Sequence[pa.Table]],
-    *,
-    name: str = "q",
-    sink_id: str = "ev",
-) -> list[int]:
-    stream = local.LocalStream(str(tmp_path / f"checkpoint-{name}"), batches)
-    writer = local.foreach_batch(
-        sink, sink_id, commit_log=str(tmp_path / f"log-{name}"), processes=False
-    )
-    return stream.run(writer)
 
 
 def prepare(

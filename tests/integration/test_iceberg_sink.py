@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import subprocess
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 
 import twopc
 from tests.harness.iceberg import ids, load, records_left, scan, unreferenced_data_files
+from tests.harness.local_runs import run
 from twopc import local
 
 pytest.importorskip("pyiceberg")
@@ -41,21 +41,6 @@ def rows(start: int, stop: int, value: str = "a", **extra: Any) -> pa.Table:
     }
     columns.update(extra)
     return pa.table(columns)
-
-
-def run(
-    sink: IcebergSink,
-    tmp_path: Path,
-    batches: Sequence[Sequence[pa.Table]],
-    *,
-    name: str = "q",
-    sink_id: str = "ev",
-) -> list[int]:
-    stream = local.LocalStream(str(tmp_path / f"checkpoint-{name}"), batches)
-    writer = local.foreach_batch(
-        sink, sink_id, commit_log=str(tmp_path / f"log-{name}"), processes=False
-    )
-    return stream.run(writer)
 
 
 def test_a_partitioned_table_gets_every_row_in_its_partition(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from twopc import ConfigurationError, PermanentSinkError
+from twopc.table_formats import AttemptId, parse_record_name
 
 pytest.importorskip("deltalake")
 
@@ -22,7 +23,7 @@ from twopc_delta._datafiles import (
     file_stats,
     split_by_partition,
 )
-from twopc_delta._layout import AttemptId, attempt_data_dir, parse_record_name, relative_uri
+from twopc_delta._layout import attempt_data_dir, relative_uri
 from twopc_delta._log import TableInfo
 from twopc_delta._table import unsupported_features
 

@@ -13,7 +13,7 @@ import twopc
 
 pytestmark = pytest.mark.unit
 
-BACKENDS = frozenset({"twopc_kafka", "twopc_jdbc", "twopc_files", "twopc_iceberg"})
+BACKENDS = frozenset({"twopc_kafka", "twopc_jdbc", "twopc_files", "twopc_iceberg", "twopc_delta"})
 CORE = Path(twopc.__file__).parent
 
 

@@ -27,6 +27,7 @@ CONTRACT_MODULES = frozenset(
         "secrets",
         "strict_json",
         "retrying",
+        "table_formats",
         "plugins",
         "_version",
     }
