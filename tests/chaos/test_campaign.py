@@ -66,7 +66,8 @@ def test_ci_seeds_pass_and_cover_every_backend_mode_and_target(tmp_path: Path) -
     scenarios = [r["scenario"] for r in runs]
     combos = {(s["backend"], s["mode"]) for s in scenarios}
     assert combos == {(b, m) for b, modes in MODES.items() for m in modes} | {
-        ("group", "postgres+files")
+        ("group", "postgres+files"),
+        ("group", "delta+postgres"),
     }
     assert {s["target"] for s in scenarios} == set(TARGETS)
     killed = {s["backend"] for s in scenarios if s["target"] == "service"}
