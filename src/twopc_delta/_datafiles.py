@@ -33,6 +33,8 @@ __all__ = [
     "check_partition_types",
     "conform",
     "file_stats",
+    "footer_stats",
+    "modified_ms",
     "split_by_partition",
     "with_partition_columns",
 ]
@@ -302,6 +304,46 @@ def file_stats(table: pa.Table) -> str:
     return stats.to_json()
 
 
+def footer_stats(metadata: pq.FileMetaData) -> str:
+    """Delta's statistics of a Parquet file another writer (Spark's) wrote, from its
+    footer: row and null counts, and the bounds :func:`file_stats` would give, except
+    floats' (a footer's float bounds may leave NaN out) and any column a row group has no
+    statistics for (never a wrong bound)."""
+    stats = _Stats(rows=metadata.num_rows)
+    groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+    for index, column in enumerate(metadata.schema.to_arrow_schema()):
+        kind = column.type
+        if pa.types.is_nested(kind):
+            continue
+        found = [(group.num_rows, group.column(index).statistics) for group in groups]
+        if any(s is None or not s.has_null_count for _, s in found):
+            continue
+        stats.nulls[column.name] = sum(s.null_count for _, s in found)
+        if pa.types.is_floating(kind):
+            continue
+        for rows, chunk in found:
+            if chunk.null_count == rows:
+                continue
+            low = _stat_value(kind, chunk.min) if chunk.has_min_max else None
+            high = _stat_value(kind, chunk.max) if chunk.has_min_max else None
+            if low is None or high is None:
+                stats.no_bounds.add(column.name)
+                break
+            name = column.name
+            stats.mins[name] = low if name not in stats.mins else min(stats.mins[name], low)
+            stats.maxs[name] = high if name not in stats.maxs else max(stats.maxs[name], high)
+    return stats.to_json()
+
+
+def modified_ms(info: Mapping[str, Any]) -> int:
+    """A file's modification time in milliseconds (an add action's), from fsspec's
+    ``info`` (local files and object stores name it differently)."""
+    mtime = info.get("mtime") or info.get("LastModified") or time.time()
+    if isinstance(mtime, datetime.datetime):
+        mtime = mtime.timestamp()
+    return int(float(mtime) * 1000)
+
+
 # -- the writer ----------------------------------------------------------------------------
 
 
@@ -354,9 +396,6 @@ class FileWriter:
             fsync_files([c.path for c in self._open.values()], [self.directory])
         for current in self._open.values():
             info = self.fs.info(current.path)
-            mtime = info.get("mtime") or info.get("LastModified") or time.time()
-            if isinstance(mtime, datetime.datetime):
-                mtime = mtime.timestamp()
             closed.append(
                 WrittenFile(
                     path=current.relative,
@@ -364,7 +403,7 @@ class FileWriter:
                     rows=current.stats.rows,
                     partition_values=dict(current.values),
                     stats=current.stats.to_json(),
-                    modified_ms=int(float(mtime) * 1000),
+                    modified_ms=modified_ms(info),
                 )
             )
         self._open.clear()

@@ -7,12 +7,15 @@ from collections.abc import Mapping, Sequence
 
 from twopc import ConfigurationError
 
-__all__ = ["MODES", "SCHEMA_EVOLUTION", "check_options"]
+__all__ = ["MODES", "SCHEMA_EVOLUTION", "WRITE_PATHS", "check_options"]
 
 MODES = ("append", "upsert")
 """What the sink does with a batch's rows (``DeltaSink(mode=...)``)."""
 SCHEMA_EVOLUTION = ("none", "add_columns")
 """Whether the sink adds the data's new columns to the table (``schema_evolution=``)."""
+WRITE_PATHS = ("auto", "spark", "python")
+"""Where phase 1 runs (``write_path=``): Spark's own Parquet writer where it can write the
+table (``auto``), always (``spark``), or Python tasks (``python``)."""
 
 
 def _choice(name: str, value: object, choices: Sequence[str]) -> None:
@@ -40,6 +43,7 @@ def check_options(
     storage_options: object,
     commit_retries: object,
     configuration: object,
+    write_path: object = "auto",
 ) -> None:
     """Every option on its own and together; raises the first problem found."""
     if not isinstance(table_uri, str) or not table_uri.strip():
@@ -48,6 +52,7 @@ def check_options(
         )
     _choice("mode", mode, MODES)
     _choice("schema_evolution", schema_evolution, SCHEMA_EVOLUTION)
+    _choice("write_path", write_path, WRITE_PATHS)
     _names("key_columns", key_columns)
     _names("partition_by", partition_by)
     if mode == "upsert" and not key_columns:

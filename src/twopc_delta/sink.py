@@ -39,6 +39,7 @@ from twopc import (
     CommitsOnDriver,
     CommitStateUnknownError,
     Committable,
+    ConfigurationError,
     Footprint,
     Inspection,
     KeepsMarkers,
@@ -46,10 +47,13 @@ from twopc import (
     PermanentSinkError,
     RecoveryScope,
     Sink,
+    SparkOutput,
+    SparkWrite,
     StoredBatch,
     TargetMarker,
     TaskContext,
     TransientSinkError,
+    WritesWithSpark,
 )
 from twopc.table_formats import (
     AttemptId,
@@ -70,13 +74,14 @@ from twopc_delta._datafiles import (
 from twopc_delta._layout import attempt_data_dir, rewrite_data_dir
 from twopc_delta._log import TableInfo, read_log
 from twopc_delta._markers import app_id, batch_commits, commit_metadata, find_batch
-from twopc_delta._options import MODES, SCHEMA_EVOLUTION, check_options
+from twopc_delta._options import MODES, SCHEMA_EVOLUTION, WRITE_PATHS, check_options
 from twopc_delta._payload import DeltaPayload
 from twopc_delta._records import records_of
+from twopc_delta._spark_phase1 import SparkPhase1
 from twopc_delta._table import TableAccess, arrow_schema
 from twopc_delta._upsert import KeyLog, Rewrite, last_rows_win, plan_rewrite
 
-__all__ = ["MODES", "SCHEMA_EVOLUTION", "DeltaPayload", "DeltaSink", "app_id"]
+__all__ = ["MODES", "SCHEMA_EVOLUTION", "WRITE_PATHS", "DeltaPayload", "DeltaSink", "app_id"]
 
 _log = logging.getLogger("twopc.delta")
 
@@ -109,7 +114,9 @@ def _file_key(values: PartitionValues) -> str:
     return json.dumps(sorted(values.items()))
 
 
-class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSourceOffsets):
+class DeltaSink(
+    Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSourceOffsets, WritesWithSpark
+):
     """Exactly-once writes into a Delta Lake table, one Delta commit per batch.
 
     Args:
@@ -129,6 +136,10 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
             (``{"delta.logRetentionDuration": "interval 60 days"}``).
         commit_retries: How often a commit that lost to a concurrent writer is planned
             and tried again on the table's new version.
+        write_path: Where phase 1 runs from ``twopc.foreach_batch`` and
+            ``twopc.write_batch``: ``"auto"`` (Spark's own Parquet writer, one job per
+            batch, when it can write the table, else Python tasks), ``"spark"`` (always
+            Spark's; a table it cannot write is a ConfigurationError) or ``"python"``.
     """
 
     backend_name: ClassVar[str] = "delta"
@@ -145,6 +156,7 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         storage_options: Mapping[str, str] | None = None,
         configuration: Mapping[str, str] | None = None,
         commit_retries: int = 10,
+        write_path: str = "auto",
     ) -> None:
         check_options(
             table_uri=table_uri,
@@ -156,8 +168,10 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
             storage_options=storage_options,
             commit_retries=commit_retries,
             configuration=configuration,
+            write_path=write_path,
         )
         self.table_uri = table_uri
+        self.write_path = write_path
         self.mode = mode
         self.key_columns = tuple(key_columns)
         self.add_columns = schema_evolution == "add_columns"
@@ -321,6 +335,51 @@ class DeltaSink(Sink[DeltaTransaction], CommitsOnDriver, KeepsMarkers, KeepsSour
         if place.fs.exists(directory):
             place.fs.rm(directory, recursive=True)
         self._records(sink_id).forget(attempt)
+
+    # -- phase 1 by Spark's own writer (WritesWithSpark) ----------------------------------
+
+    def _spark(self) -> SparkPhase1:
+        return SparkPhase1(self.access, self.mode, self.add_columns)
+
+    def spark_write_refusal(self) -> str | None:
+        if self.write_path == "python":
+            return "write_path='python'"
+        refusals = self._spark().refusals()
+        if not refusals:
+            return None
+        if self.write_path == "spark":
+            raise ConfigurationError(
+                f"delta sink: write_path='spark', but Spark's writer cannot write table "
+                f"{self.table_uri}: {'; '.join(refusals)}"
+            )
+        return "; ".join(refusals)
+
+    def spark_write_required(self) -> bool:
+        return self.write_path == "spark"
+
+    def plan_spark_write(self, ctx: TaskContext, columns: Sequence[str]) -> SparkWrite:
+        write, info = self._spark().plan(ctx, columns)
+        self._planned: tuple[AttemptId, TableInfo] | None = (AttemptId.of(ctx), info)
+        return write
+
+    def spark_written(self, ctx: TaskContext, write: SparkWrite) -> list[SparkOutput]:
+        """The job's output described against the table its plan saw (the job wrote that
+        table's columns)."""
+        planned = getattr(self, "_planned", None)  # absent in a copy unpickled in a task
+        info = planned[1] if planned is not None and planned[0] == AttemptId.of(ctx) else None
+        if info is None:
+            info = read_log(self.access.place)
+            if info is None:
+                self.access.require_log()
+        assert info is not None
+        self._planned = None
+        return self._spark().written(ctx, info)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the tasks without the driver's plan."""
+        state = dict(self.__dict__)
+        state.pop("_planned", None)
+        return state
 
     # -- phase 2 ---------------------------------------------------------------------------
 

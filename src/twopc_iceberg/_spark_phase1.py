@@ -25,6 +25,7 @@ from twopc import (
     SparkWrite,
     TaskContext,
 )
+from twopc.spark_output import JobFile, job_files
 from twopc.storage import is_local
 from twopc.table_formats import AttemptId
 from twopc_iceberg._datafiles import WrittenFile
@@ -33,9 +34,7 @@ from twopc_iceberg._payload import IcebergPayload
 from twopc_iceberg._records import records_of
 from twopc_iceberg._spark_write import (
     SESSION_CONF,
-    JobFile,
     identity_dtypes,
-    job_files,
     projection,
     spark_options,
     stage_split,

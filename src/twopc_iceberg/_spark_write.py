@@ -25,9 +25,7 @@ hash).
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -65,6 +63,7 @@ from pyiceberg.types import (
 )
 
 from twopc import PermanentSinkError, SinkError
+from twopc.spark_output import JobFile
 from twopc.storage import fsync_files, is_local, syncing_files
 from twopc_iceberg._datafiles import WrittenFile
 from twopc_iceberg._tables import Place
@@ -72,9 +71,7 @@ from twopc_iceberg._tables import Place
 __all__ = [
     "SESSION_CONF",
     "WRITE_PATHS",
-    "JobFile",
     "identity_dtypes",
-    "job_files",
     "partition_key_of",
     "projection",
     "spark_options",
@@ -125,11 +122,6 @@ _TRUNCATE_TYPES = (IntegerType, LongType)
 """Source types of ``truncate`` partitions that Spark SQL computes as Iceberg does."""
 _INTEGER_TRANSFORMS = (*_TIME_TRANSFORMS, TruncateTransform)
 """Transforms whose value the hidden column's directory name gives as an integer."""
-
-_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-"""Spark's directory name for a null partition value."""
-
-_SPARK_FILE = re.compile(r"^part-(?P<split>\d+)-")
 
 
 def spark_type(field_type: IcebergType) -> str | None:
@@ -311,45 +303,6 @@ def spark_options(properties: Mapping[str, str]) -> dict[str, str]:
             int(properties["write.parquet.compression-level"])
         )
     return options
-
-
-@dataclass(frozen=True)
-class JobFile:
-    """One data file of a write job's output."""
-
-    path: str
-    """fsspec path."""
-    split: int
-    """The Spark partition (task) that wrote it."""
-    directories: Mapping[str, str | None] = field(default_factory=dict)
-    """The values of the hidden partition columns, from Spark's directory names
-    (``None``: Spark's default partition, a null)."""
-
-
-def job_files(fs: Any, job: str) -> Iterator[JobFile]:
-    """The data files of a write job's output at ``job`` (an fsspec path), in order. Spark's
-    own files (``_SUCCESS``, ``_temporary/``, ``.crc`` checksums) are not data; partition
-    directories (``__twopc_partition_0=...``) are."""
-    base = job.rstrip("/")
-    for path, info in sorted(fs.find(base, detail=True).items()):
-        relative = str(path)[len(base) + 1 :]
-        *directories, name = relative.split("/")
-        hidden = name.startswith(("_", ".")) or any(
-            part.startswith(("_", ".")) and "=" not in part for part in directories
-        )
-        if info.get("type") == "directory" or hidden:
-            continue
-        match = _SPARK_FILE.match(relative.rsplit("/", 1)[-1])
-        if match is None:
-            raise SinkError(
-                f"Spark's write job left {relative} in {job}, which is not one of its part files"
-            )
-        values = dict(part.split("=", 1) for part in directories if "=" in part)
-        yield JobFile(
-            str(path),
-            int(match["split"]),
-            {k: None if v == _DEFAULT_PARTITION else v for k, v in values.items()},
-        )
 
 
 def partition_key_of(

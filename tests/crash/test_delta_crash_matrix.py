@@ -5,12 +5,16 @@ exactly once, with no data file that no version of the log references, no file t
 table references twice, and no attempt record left; DuckDB's Parquet reader over the files
 the log references must agree. The local engine runs every point; real Spark (the driver a
 PySpark process, the task a Python worker) runs the driver killed after the decision in
-CI and every other point under ``--extended``."""
+CI and every other point under ``--extended``, as does the Spark write path's driver
+points. CI's crash on the Spark write path is the driver killed in the middle of Spark's
+write job (``tests/e2e/test_delta_spark_write.py``)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,3 +66,25 @@ def test_local_query_killed_at_every_point(delta: Case, point: CrashPoint, tmp_p
 @pytest.mark.parametrize("point", spark_cases(SPARK_CI))
 def test_spark_query_killed_at_every_point(delta: Case, point: CrashPoint, tmp_path: Path) -> None:
     spark_query_killed(delta, point, tmp_path, also=_duckdb_agrees)
+
+
+SPARK_WRITE_POINTS = [point for point in POINTS if point.on_driver]
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+@pytest.mark.parametrize("point", SPARK_WRITE_POINTS, ids=lambda p: p.value)
+def test_spark_write_path_query_killed_at_every_driver_point(
+    delta: Case, point: CrashPoint, tmp_path: Path
+) -> None:
+    """The same on the Spark write path (``write_path="spark"``: Spark's own Parquet
+    writer, no Python task, so the driver's points only; the table exists before the
+    query, as that path needs)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    target, spec = delta
+    schema = pa.schema([("id", pa.int64()), ("payload", pa.string())])
+    write_deltalake(spec.address, schema.empty_table())
+    spec = replace(spec, options=json.dumps({"write_path": "spark"}))
+    spark_query_killed((target, spec), point, tmp_path, also=_duckdb_agrees)

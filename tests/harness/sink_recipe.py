@@ -41,6 +41,12 @@ class SinkRecipe:
         ``write_path``."""
         return {"write_path": "python", **(json.loads(self.options) if self.options else {})}
 
+    def delta_options(self) -> dict[str, Any]:
+        """The Delta sink's options besides table_uri and create_table: phase 1 in Python
+        tasks (the runs kill and stall tasks at their points) unless the options name
+        another ``write_path``."""
+        return {"write_path": "python", **(json.loads(self.options) if self.options else {})}
+
     def dumps(self) -> str:
         return json.dumps(asdict(self))
 
@@ -112,6 +118,6 @@ def build_sink(spec: SinkRecipe) -> twopc.Sink[Any]:
             "delta",
             table_uri=spec.address,
             create_table=True,
-            **(json.loads(spec.options) if spec.options else {}),
+            **spec.delta_options(),
         )
     raise ValueError(f"unknown backend {spec.backend!r}")

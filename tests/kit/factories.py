@@ -101,3 +101,18 @@ def iceberg_spark_sink(target: str) -> Sink[object]:
     sink = twopc.create_sink("iceberg", table="kit.events", warehouse=target, create_table=True)
     sink.access.for_data(pa.schema([("id", pa.int64()), ("payload", pa.string())]))  # type: ignore[attr-defined]
     return sink
+
+
+def delta_spark_sink(target: str) -> Sink[object]:
+    """The Delta table created before the sink (the kit's columns, an empty first
+    version), so that ``foreach_batch`` and ``write_batch`` run phase 1 as Spark's own
+    write job (``write_path="auto"``)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    try:
+        DeltaTable(target)
+    except Exception:
+        schema = pa.schema([("id", pa.int64()), ("payload", pa.string())])
+        write_deltalake(target, schema.empty_table())
+    return twopc.create_sink("delta", table_uri=target)

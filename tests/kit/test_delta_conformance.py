@@ -1,6 +1,7 @@
 """The Delta backend passes the conformance kit against real Delta tables on the local
 filesystem, read back with deltalake's reader: a table the first batch's commit creates,
-phase 1 in Python tasks on every entry point."""
+phase 1 in Python tasks on every entry point; and a table that exists before the query,
+which ``foreach_batch`` and ``write_batch`` write through Spark's own Parquet writer."""
 
 from __future__ import annotations
 
@@ -21,9 +22,7 @@ def read_ids(target: str) -> list[int]:
     return sorted(ids(target).elements())
 
 
-class TestDeltaConformance(SinkConformanceSuite, GroupMemberChecks):
-    sink_factory = "tests.kit.factories:delta_sink"
-
+class _DeltaTarget:
     def format_options(self, target: str) -> dict[str, str]:
         return {"sink": "delta", "table_uri": target, "create_table": "true"}
 
@@ -33,3 +32,11 @@ class TestDeltaConformance(SinkConformanceSuite, GroupMemberChecks):
     def bad_batch(self) -> pa.RecordBatch:
         # ids that are not numbers cannot go into the table's long column
         return pa.record_batch({"id": pa.array(["not-a-number"]), "payload": ["x"]})
+
+
+class TestDeltaConformance(_DeltaTarget, SinkConformanceSuite, GroupMemberChecks):
+    sink_factory = "tests.kit.factories:delta_sink"
+
+
+class TestDeltaSparkWriteConformance(_DeltaTarget, SinkConformanceSuite):
+    sink_factory = "tests.kit.factories:delta_spark_sink"
