@@ -4,6 +4,9 @@ needs the Delta jars at start, and a PySpark for which Maven Central has them).
 1. **twopc writes**: a streaming query (Parquet files in, one per micro-batch) writes a
    Delta table through ``twopc.foreach_batch`` and the ``delta`` sink; its driver is
    SIGKILLed after batch 1's decision (``TWOPC_FAULTS``) and restarted from its checkpoint.
+   The first run creates the table, so it writes in Python tasks; the restart finds the
+   table and writes batch 2 through Spark's own Parquet writer (``write_path="auto"``):
+   the table holds files of both paths.
 2. **Spark reads**: ``spark.read.format("delta")`` must see every id once, one commit per
    batch in ``DESCRIBE HISTORY``.
 3. **Spark's writer skips what twopc committed**: a second query over the same files, on a
@@ -175,6 +178,15 @@ def every_id_once(seen: dict[str, Any], batches: int) -> bool:
     return seen["ids"] == expected(batches) and seen["rows"] == len(expected(batches))
 
 
+def file_writers(table: Path, batch: int) -> list[str]:
+    """The ``created_by`` of each data file of ``batch`` (pyarrow's for Python tasks,
+    parquet-mr's for Spark's writer)."""
+    import pyarrow.parquet as pq
+
+    files = sorted((table / "twopc-data" / SINK_ID).glob(f"*/{batch}/*/*.parquet"))
+    return [str(pq.read_metadata(f).created_by) for f in files]
+
+
 def unreferenced(table: Path) -> list[str]:
     """twopc's data files that no version of the log references."""
     from urllib.parse import unquote
@@ -205,6 +217,10 @@ def demo(work: Path, delta: str) -> dict[str, Any]:
     seen = read(spark, table)
     checks["Spark's Delta reader sees every id once"] = every_id_once(seen, BATCHES)
     checks["one commit per batch"] = seen["version"] == BATCHES - 1
+    writers = file_writers(work / "table", BATCHES - 1)
+    checks["the restart wrote batch 2 with Spark's Parquet writer"] = bool(writers) and all(
+        "parquet-mr" in w for w in writers
+    )
     from twopc_delta import DeltaSink
 
     app_id = DeltaSink.app_id(SINK_ID, query_id(work / "chk-twopc"))
@@ -243,6 +259,7 @@ def demo(work: Path, delta: str) -> dict[str, Any]:
         "rows_read": after["rows"],
         "history": after["operations"],
         "unreferenced": left,
+        "batch_2_written_by": sorted(set(writers)),
         "deletion_vectors": vectors,
         "checks": checks,
     }

@@ -260,3 +260,53 @@ def test_driver_sigkilled_in_the_middle_of_the_spark_write_job(tmp_path: Path) -
     assert target.leftovers(spec) == []
     sink = build_sink(spec)
     assert isinstance(sink, DeltaSink) and sink.write_path == "spark"
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+def test_a_query_from_a_spark_connect_client(connect: Any, tmp_path: Path) -> None:
+    """Over Spark Connect the ``foreachBatch`` function, next to the server, runs Spark's
+    writer with the session settings it needs; a second run, with
+    ``background_commit=True``, adds a batch, each id once."""
+    spec = spark_path_recipe(tmp_path)
+    source = tmp_path / "in"
+    expected = add_input(source, 0) | add_input(source, 1)
+    target = DeltaTarget()
+    first = run(command("foreach", spec, source, tmp_path / "chk", remote=connect.url))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert_exactly_once(target.committed(spec), expected)
+    expected |= add_input(source, 2)
+    second = run(
+        [
+            *command("foreach", spec, source, tmp_path / "chk", remote=connect.url),
+            "--background-commit",
+        ]
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_exactly_once(target.committed(spec), expected)
+    assert target.leftovers(spec) == []
+    assert "/_spark_job" not in (first.stderr + second.stderr)
+
+
+def test_a_group_member_writes_through_spark_s_writer(spark: Any, tmp_path: Path) -> None:
+    """In a ``SinkGroup`` each member chooses its own phase 1: the Delta member's table
+    exists, so Spark's writer writes it; the files member runs Python tasks. One decision,
+    both targets hold every row once."""
+    import pyarrow.dataset as ds
+
+    uri = tmp_path / "t"
+    sink = _table(uri)
+    audit = twopc.create_sink(
+        "files", path=str(tmp_path / "audit"), format="parquet", write_path="python"
+    )
+    group = twopc.SinkGroup({"lake": sink, "audit": audit})
+    metrics = twopc.write_batch(
+        _batch(spark, 50), group, "spark-group", write_id="w1", commit_log=str(tmp_path / "log")
+    )
+    assert metrics.status == "committed"
+    table = DeltaTable(str(uri))
+    assert sorted(pa.table(table.to_pyarrow_table()).column("id").to_pylist()) == list(range(50))
+    assert _stats(str(uri))  # the batch's commit (version 1) added Spark's files
+    audited = ds.dataset(str(tmp_path / "audit"), format="parquet").to_table()
+    assert sorted(audited.column("id").to_pylist()) == list(range(50))
+    assert _left(str(uri)) == []
