@@ -593,6 +593,14 @@ class PostgresUpsertTarget(UpsertTarget, PostgresTarget):
     conflict_clause = "INSERT … ON CONFLICT"
     driver_name = "psycopg"
 
+    def twopc_sink(self) -> twopc.Sink[Any]:
+        """twopc's sink; ``TWOPC_BENCH_PG_UPSERT=merge`` makes its upsert a ``MERGE``
+        (issue 47's experiment against ``INSERT ... ON CONFLICT``, not yet offered)."""
+        sink = super().twopc_sink()
+        if os.environ.get("TWOPC_BENCH_PG_UPSERT") == "merge":
+            sink._upsert_statement = "merge"  # type: ignore[attr-defined]
+        return sink
+
     def staging_ddl(self) -> Any:
         # unlogged, as twopc's own staging table: the fastest staging a user can choose
         return self.statement(

@@ -857,6 +857,43 @@ class PostgresSink(SqlSink):
         encoder: Encoder | None = cached[1]
         return encoder
 
+    _upsert_statement = "on_conflict"
+    """The upsert's statement: ``INSERT ... ON CONFLICT`` (what ships), or ``MERGE``
+    (PostgreSQL 15+), which ``benchmarks/spark_writers`` measures against it
+    (``TWOPC_BENCH_PG_UPSERT=merge``) before it is offered: set on an instance only."""
+
+    def _merge(self, txn: SqlTransaction, winners: sql.Composable) -> sql.Composable:
+        """``MERGE`` of the staging table's winning rows into the table: matched keys
+        updated, the others inserted (the same rows ``ON CONFLICT`` leaves)."""
+        options = self.options
+        updates = [c for c in txn.columns if c not in options.key_columns]
+        match = sql.SQL(" AND ").join(
+            sql.SQL("t.{k} = w.{k}").format(k=sql.Identifier(k)) for k in options.key_columns
+        )
+        matched: sql.Composable = (
+            sql.SQL("UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{c} = w.{c}").format(c=sql.Identifier(c)) for c in updates
+                )
+            )
+            if updates
+            else sql.SQL("DO NOTHING")
+        )
+        return sql.SQL(
+            "MERGE INTO {target} AS t USING ({winners}) AS w ON {match} "
+            "WHEN MATCHED THEN {matched} "
+            "WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+        ).format(
+            target=self._ident(options.table),
+            winners=winners,
+            match=match,
+            matched=matched,
+            columns=self._columns(txn.columns),
+            values=sql.SQL(", ").join(
+                sql.SQL("w.{}").format(sql.Identifier(c)) for c in txn.columns
+            ),
+        )
+
     def merge_staging(self, txn: SqlTransaction) -> None:
         assert txn.staging is not None
         options = self.options
@@ -888,6 +925,15 @@ class PostgresSink(SqlSink):
         insert = sql.SQL(
             "INSERT INTO {target} ({columns}) SELECT {columns} FROM ({winners}) AS w{keep}"
         ).format(target=target, columns=columns, winners=winners, keep=keep)
+        if (
+            options.mode == "upsert"
+            and self._upsert_statement == "merge"
+            and not (options.delete_column)
+        ):
+            txn.conn.execute(self._merge(txn, winners))
+            txn.conn.execute(sql.SQL("DROP TABLE {}").format(self._ident(txn.staging)))
+            txn.staging = None
+            return
         if options.mode == "upsert":
             updates = [c for c in txn.columns if c not in options.key_columns]
             action: sql.Composable
