@@ -73,6 +73,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "table created before the query; no worker kills)",
     )
     parser.add_argument(
+        "--delta-write-path",
+        choices=("python", "spark"),
+        default="python",
+        help="where Delta runs on real Spark write phase 1 (spark: Spark's own writer, the "
+        "table created before the query; no worker kills; groups keep Python tasks)",
+    )
+    parser.add_argument(
         "--checkpoint-lost",
         type=float,
         default=0.0,
@@ -100,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.spark_share,
         args.iceberg_write_path,
         args.checkpoint_lost,
+        args.delta_write_path,
     )
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(10**9)
     seeds = list(range(first, first + args.runs))
@@ -126,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.max_restarts,
         warm=not args.cold_spark,
         iceberg_write_path=args.iceberg_write_path,
+        delta_write_path=args.delta_write_path,
     )
     try:
         results, seconds = _campaign(runner, scenarios, options, args, first)
@@ -280,6 +289,7 @@ def write_json(
             "spark_share": options.spark_share,
             "iceberg_write_path": options.iceberg_write_path,
             "checkpoint_lost": options.checkpoint_lost,
+            "delta_write_path": options.delta_write_path,
         },
         "runs": len(results),
         "passed": sum(1 for r in results if r.passed),

@@ -28,7 +28,7 @@ from tests.harness.recipe_spark_query import STOP_AFTER_ENV
 from tests.harness.services import Services
 from tests.harness.sink_recipe import SinkRecipe
 from tests.harness.standalone import standalone_cluster
-from tests.harness.targets import IcebergTarget, Target, make_target
+from tests.harness.targets import DeltaTarget, IcebergTarget, Target, make_target
 
 LOCAL_TIMEOUT = 90.0
 SPARK_TIMEOUT = 300.0
@@ -97,9 +97,11 @@ class Runner:
         *,
         warm: bool = True,
         iceberg_write_path: str = "python",
+        delta_write_path: str = "python",
     ) -> None:
         self.workdir = workdir
         self.iceberg_write_path = iceberg_write_path
+        self.delta_write_path = delta_write_path
         self.services = services
         self.factory = factory
         self.max_restarts = max_restarts
@@ -146,6 +148,12 @@ class Runner:
                 isinstance(target, IcebergTarget)
                 and scenario.engine == "spark"
                 and self.iceberg_write_path == "spark"
+            ):
+                spec = target.for_spark_writer(spec)
+            if (
+                isinstance(target, DeltaTarget)
+                and scenario.engine == "spark"
+                and self.delta_write_path == "spark"
             ):
                 spec = target.for_spark_writer(spec)
             if self.factory and isinstance(spec, SinkRecipe):

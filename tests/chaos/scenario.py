@@ -186,9 +186,9 @@ PAUSE_SECONDS = (1.0, 8.0)
 class Options:
     """What narrows the draw: the backends (``kafka`` or ``kafka:atomic``; ``group``, or
     ``group:postgres+kafka`` for groups of those members only), the kill targets and the
-    share of runs on real Spark; where an Iceberg run on real Spark writes phase 1
-    (``python`` tasks, or Spark's own writer: ``spark``, which has no Python worker to
-    kill)."""
+    share of runs on real Spark; where an Iceberg or a Delta run on real Spark writes phase
+    1 (``python`` tasks, or Spark's own writer: ``spark``, which has no Python worker to
+    kill; a Delta group's member keeps Python tasks)."""
 
     backends: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
@@ -197,6 +197,12 @@ class Options:
     checkpoint_lost: float = 0.0
     """Share of the local-engine runs whose event is ``checkpoint-lost`` (drawn from a
     stream of its own: 0 leaves every seed's scenario as it was)."""
+    delta_write_path: str = "python"
+
+    def writes_with_spark(self, backend: str) -> bool:
+        """Whether a run of ``backend`` on real Spark writes phase 1 with Spark's writer."""
+        paths = {"iceberg": self.iceberg_write_path, "delta": self.delta_write_path}
+        return paths.get(backend) == "spark"
 
     def combos(self) -> list[tuple[str, str]]:
         every = [(b, m) for b, modes in MODES.items() for m in modes]
@@ -234,6 +240,8 @@ class Options:
         flags += [f"--target={t}" for t in self.targets]
         if self.iceberg_write_path != "python":
             flags.append(f"--iceberg-write-path={self.iceberg_write_path}")
+        if self.delta_write_path != "python":
+            flags.append(f"--delta-write-path={self.delta_write_path}")
         if self.checkpoint_lost:
             flags.append(f"--checkpoint-lost={self.checkpoint_lost:g}")
         return [*flags, f"--spark-share={self.spark_share:g}"]
@@ -334,7 +342,7 @@ def draw(seed: int, options: Options) -> Scenario:
     backend, mode = rng.choices(drawn, [COMBO_WEIGHTS.get(b, 1.0) for b, _ in drawn])[0]
     backend, mode = _store(seed, backend, mode, combos)
     backend, mode = _delta(seed, backend, mode, combos, options)
-    writer = options.iceberg_write_path
+    writer = options.writes_with_spark(backend)
     weights = _weights(backend, spark, options.targets, mode, writer)
     if not weights:
         if not spark and _weights(backend, True, options.targets, mode, writer):
@@ -624,12 +632,12 @@ def _weights(
     spark: bool,
     targets: Sequence[str],
     mode: str = "",
-    iceberg_write_path: str = "python",
+    spark_writer: bool = False,
 ) -> dict[str, float]:
     table = SPARK_WEIGHTS if spark else LOCAL_WEIGHTS[backend]
     if backend == "iceberg" and mode == "sqlite":
         table = {t: w for t, w in table.items() if t != "service"}  # SQLite: no service
-    if backend == "iceberg" and spark and iceberg_write_path == "spark":
+    if spark and spark_writer:
         table = {t: w for t, w in table.items() if t != "worker"}  # Spark's writer: no worker
     return {t: w for t, w in table.items() if not targets or t in targets}
 

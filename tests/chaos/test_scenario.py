@@ -222,6 +222,18 @@ def test_iceberg_spark_writer_runs_never_kill_a_python_worker() -> None:
     assert "worker" in {draw(seed, python).target for seed in range(300)}
 
 
+def test_delta_spark_writer_runs_never_kill_a_python_worker() -> None:
+    """``--delta-write-path spark``: the same for Delta runs alone on real Spark; the draw
+    of every seed is otherwise the one without the flag, and the flag reproduces it."""
+    options = Options(backends=("delta",), spark_share=1.0, delta_write_path="spark")
+    python = Options(backends=("delta",), spark_share=1.0)
+    drawn = [(draw(seed, options), draw(seed, python)) for seed in range(300)]
+    assert {s.target for s, _ in drawn if s.backend == "delta"} <= {"driver", "executor"}
+    assert "worker" in {p.target for _, p in drawn if p.backend == "delta"}
+    assert "--delta-write-path=spark" in options.repro_flags()
+    assert all(s.backend == p.backend for s, p in drawn)
+
+
 def test_checkpoint_lost_is_drawn_apart_on_local_runs_only() -> None:
     """``checkpoint_lost`` 0 (the default) leaves every seed as it was; 1 makes every
     local-engine run lose its checkpoint, and every Spark run that kills the driver or a

@@ -595,6 +595,13 @@ class DeltaTarget(Target):
     def prepare(self, run_id: str, mode: str, run_dir: Path, kafka_partitions: int) -> SinkRecipe:
         return SinkRecipe("delta", mode or "append", run_id, str(run_dir / "delta-table"))
 
+    def for_spark_writer(self, spec: SinkRecipe) -> SinkRecipe:
+        """The run's sink on Spark's own write path: its table created now with the test
+        query's columns (that path writes tables that exist), ``write_path="spark"``."""
+        self._read(lambda: _create_delta_table(spec.address))
+        options = {**json.loads(spec.options or "{}"), "write_path": "spark"}
+        return replace(spec, options=json.dumps(options))
+
     def committed(self, spec: SinkRecipe) -> Counter[int]:
         from tests.harness.delta import ids
 
@@ -605,6 +612,14 @@ class DeltaTarget(Target):
 
     def cleanup(self, spec: SinkRecipe) -> None:
         shutil.rmtree(spec.address, ignore_errors=True)
+
+
+def _create_delta_table(uri: str) -> None:
+    """An empty Delta table with the test query's columns."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(uri, pa.schema([("id", pa.int64()), ("payload", pa.string())]).empty_table())
 
 
 def _delta_leftovers(uri: str) -> list[str]:
