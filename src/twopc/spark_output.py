@@ -14,13 +14,19 @@ empty string) as ``__HIVE_DEFAULT_PARTITION__``; its own files (``_SUCCESS``,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from twopc.errors import SinkError
+from twopc.errors import ConfigurationError, SinkError
 
-__all__ = ["DEFAULT_PARTITION", "JobFile", "job_files", "unescape_path_name"]
+__all__ = [
+    "DEFAULT_PARTITION",
+    "JobFile",
+    "job_files",
+    "unescape_path_name",
+    "write_path_refusal",
+]
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Spark's directory name for a null partition value."""
@@ -74,3 +80,23 @@ def job_files(fs: Any, job: str) -> Iterator[JobFile]:
                 for k, v in values.items()
             },
         )
+
+
+def write_path_refusal(
+    write_path: str, refusals: Callable[[], list[str]], backend: str, table: str
+) -> str | None:
+    """:meth:`~twopc.WritesWithSpark.spark_write_refusal` of a table-format sink with a
+    ``write_path`` option: ``"python"`` refuses, ``"spark"`` raises
+    :class:`~twopc.ConfigurationError` when Spark's writer cannot write ``table``,
+    ``"auto"`` returns why it cannot (``None`` when it can)."""
+    if write_path == "python":
+        return "write_path='python'"
+    found = refusals()
+    if not found:
+        return None
+    if write_path == "spark":
+        raise ConfigurationError(
+            f"{backend} sink: write_path='spark', but Spark's writer cannot write table "
+            f"{table}: {'; '.join(found)}"
+        )
+    return "; ".join(found)

@@ -39,7 +39,6 @@ from twopc import (
     CommitsOnDriver,
     CommitStateUnknownError,
     Committable,
-    ConfigurationError,
     Footprint,
     Inspection,
     KeepsMarkers,
@@ -55,6 +54,7 @@ from twopc import (
     TransientSinkError,
     WritesWithSpark,
 )
+from twopc.spark_output import write_path_refusal
 from twopc.table_formats import (
     AttemptId,
     AttemptRecords,
@@ -342,17 +342,9 @@ class DeltaSink(
         return SparkPhase1(self.access, self.mode, self.add_columns)
 
     def spark_write_refusal(self) -> str | None:
-        if self.write_path == "python":
-            return "write_path='python'"
-        refusals = self._spark().refusals()
-        if not refusals:
-            return None
-        if self.write_path == "spark":
-            raise ConfigurationError(
-                f"delta sink: write_path='spark', but Spark's writer cannot write table "
-                f"{self.table_uri}: {'; '.join(refusals)}"
-            )
-        return "; ".join(refusals)
+        return write_path_refusal(
+            self.write_path, lambda: self._spark().refusals(), "delta", self.table_uri
+        )
 
     def spark_write_required(self) -> bool:
         return self.write_path == "spark"

@@ -48,6 +48,7 @@ from twopc import (
     TransientSinkError,
     WritesWithSpark,
 )
+from twopc.spark_output import write_path_refusal
 from twopc.table_formats import (
     AttemptId,
     AttemptRecords,
@@ -333,17 +334,9 @@ class IcebergSink(
         return SparkPhase1(self.access, self.table, self.mode, self.target_file_size)
 
     def spark_write_refusal(self) -> str | None:
-        if self.write_path == "python":
-            return "write_path='python'"
-        refusals = self._spark().refusals()
-        if not refusals:
-            return None
-        if self.write_path == "spark":
-            raise ConfigurationError(
-                f"iceberg sink: write_path='spark', but Spark's writer cannot write table "
-                f"{self.table}: {'; '.join(refusals)}"
-            )
-        return "; ".join(refusals)
+        return write_path_refusal(
+            self.write_path, lambda: self._spark().refusals(), "iceberg", self.table
+        )
 
     def spark_write_required(self) -> bool:
         return self.write_path == "spark"
