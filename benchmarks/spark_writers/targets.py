@@ -594,11 +594,15 @@ class PostgresUpsertTarget(UpsertTarget, PostgresTarget):
     driver_name = "psycopg"
 
     def twopc_sink(self) -> twopc.Sink[Any]:
-        """twopc's sink; ``TWOPC_BENCH_PG_UPSERT=merge`` makes its upsert a ``MERGE``
-        (issue 47's experiment against ``INSERT ... ON CONFLICT``, not yet offered)."""
+        """twopc's sink; ``TWOPC_BENCH_PG_UPSERT=on_conflict`` makes its upsert the
+        ``INSERT ... ON CONFLICT`` of releases before ``MERGE`` (to compare the two), and
+        ``TWOPC_BENCH_PG_SHUFFLE=none`` leaves out the shuffle by key (an experiment: the
+        benchmark's keys are unique, so the table is the same without it)."""
         sink = super().twopc_sink()
-        if os.environ.get("TWOPC_BENCH_PG_UPSERT") == "merge":
-            sink._upsert_statement = "merge"  # type: ignore[attr-defined]
+        if os.environ.get("TWOPC_BENCH_PG_UPSERT") == "on_conflict":
+            sink._upsert_statement = "on_conflict"  # type: ignore[attr-defined]
+        if os.environ.get("TWOPC_BENCH_PG_SHUFFLE") == "none":
+            sink.partition_columns = tuple  # type: ignore[method-assign]  # () : no shuffle
         return sink
 
     def staging_ddl(self) -> Any:

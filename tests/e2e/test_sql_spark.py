@@ -1,5 +1,6 @@
 """The seeds' example with real Spark: a streaming word count upserted into `wc(word PRIMARY
-KEY, num)` exactly-once through a SIGKILL of the driver, on MariaDB and on PostgreSQL."""
+KEY, num)` exactly-once through a SIGKILL of the driver or of a task's Python worker, on
+MariaDB and on PostgreSQL (whose upsert is a ``MERGE`` under a savepoint)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ _EXTENDED = [pytest.mark.extended]  # CI keeps one crash per database; --extende
         ("mysql", "transaction", "after_task_commit:kill@batch=2,partition=1"),
         pytest.param("mysql", "two_phase", "after_decision:kill@batch=2", marks=_EXTENDED),
         ("postgres", "two_phase", "between_commits:kill@batch=2"),
+        # the upsert's MERGE (under a savepoint) ran, the branch is prepared, the worker dies
+        ("postgres", "two_phase", "after_pre_commit:kill@batch=2,partition=1"),
+        pytest.param(
+            "postgres", "transaction", "after_pre_commit:kill@batch=2,partition=1", marks=_EXTENDED
+        ),
         pytest.param("postgres", "transaction", "after_commit:kill@batch=2", marks=_EXTENDED),
     ],
 )
@@ -60,7 +66,7 @@ def test_word_count_is_exactly_once_through_a_crash(
     ]
     try:
         first = run_process(args, faults=crash)
-        if "after_task_commit" in crash:
+        if "partition=" in crash:
             assert first.returncode != 0, first.stderr[-3000:]  # the worker died: batch failed
         else:
             assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
