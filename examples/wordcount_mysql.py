@@ -28,6 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="mysql", choices=["mysql", "postgres"])
     parser.add_argument("--table", default="wc")
     parser.add_argument("--transaction-mode", default="transaction")
+    parser.add_argument(
+        "--no-shuffle-by-key",
+        dest="shuffle_by_key",
+        action="store_false",
+        help="the counts come grouped by word, so each word is in one partition already: "
+        "skip twopc's shuffle by key",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         mode="upsert",
         key_columns=["word"],
         transaction_mode=args.transaction_mode,
+        shuffle_by_key=args.shuffle_by_key,
     )
 
     def report(metrics: twopc.BatchMetrics) -> None:

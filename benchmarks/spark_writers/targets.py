@@ -309,14 +309,19 @@ class SqlTarget(Target):
         d = self.db
         return f"{self.dsn_scheme}://{d.user}:{d.password}@{d.host}:{d.port}/{d.database}"
 
+    shuffle_by_key = True
+    """The upsert's ``shuffle_by_key`` (the sink's default unless a target says otherwise)."""
+
     def twopc_sink(self) -> twopc.Sink[Any]:
+        upsert = self.mode == "upsert"
         return twopc.create_sink(
             self.flavor,
             dsn=self.dsn(),
             table=self.table,
             mode=self.mode,
-            key_columns=["id"] if self.mode == "upsert" else [],
+            key_columns=["id"] if upsert else [],
             marker_table=MARKERS,
+            **({"shuffle_by_key": self.shuffle_by_key} if upsert else {}),
         )
 
     def jdbc_options(self, table: str) -> dict[str, str]:
@@ -462,7 +467,10 @@ class UpsertTarget(SqlTarget):
       transaction per partition, ``--jdbc-batchsize`` rows per call.
 
     Neither removes duplicate keys within a batch (the benchmark's ids are unique), which
-    spares them work twopc does; neither is exactly-once.
+    spares them work twopc does; neither is exactly-once. Both rely on each key being in
+    one row of the batch, so twopc is told the same: ``shuffle_by_key=False`` (no shuffle
+    by key before its tasks; each task still de-duplicates its own rows).
+    ``TWOPC_BENCH_UPSERT_SHUFFLE=key`` measures the sink's default (the shuffle) instead.
     """
 
     conflict_clause = ""
@@ -478,6 +486,7 @@ class UpsertTarget(SqlTarget):
         where = "empty table" if variant == "empty" else "every key exists"
         self.twopc_label = f"twopc {self.flavor} upsert ({where})"
         self.keys = range(0)
+        self.shuffle_by_key = os.environ.get("TWOPC_BENCH_UPSERT_SHUFFLE") == "key"
 
     def alternatives(self) -> dict[str, str]:
         return {
@@ -595,14 +604,10 @@ class PostgresUpsertTarget(UpsertTarget, PostgresTarget):
 
     def twopc_sink(self) -> twopc.Sink[Any]:
         """twopc's sink; ``TWOPC_BENCH_PG_UPSERT=on_conflict`` makes its upsert the
-        ``INSERT ... ON CONFLICT`` of releases before ``MERGE`` (to compare the two), and
-        ``TWOPC_BENCH_PG_SHUFFLE=none`` leaves out the shuffle by key (an experiment: the
-        benchmark's keys are unique, so the table is the same without it)."""
+        ``INSERT ... ON CONFLICT`` of releases before ``MERGE`` (to compare the two)."""
         sink = super().twopc_sink()
         if os.environ.get("TWOPC_BENCH_PG_UPSERT") == "on_conflict":
             sink._upsert_statement = "on_conflict"  # type: ignore[attr-defined]
-        if os.environ.get("TWOPC_BENCH_PG_SHUFFLE") == "none":
-            sink.partition_columns = tuple  # type: ignore[method-assign]  # () : no shuffle
         return sink
 
     def staging_ddl(self) -> Any:

@@ -360,6 +360,7 @@ class SqlSink(
         key_columns: Sequence[str] = (),
         order_column: str | None = None,
         delete_column: str | None = None,
+        shuffle_by_key: bool = True,
         create_table: bool = False,
         schema_evolution: str = "none",
         transaction_mode: str = "transaction",
@@ -376,6 +377,7 @@ class SqlSink(
             key_columns=column_names(backend, key_columns),
             order_column=order_column,
             delete_column=delete_column,
+            shuffle_by_key=shuffle_by_key,
             create_table=create_table,
             schema_evolution=schema_evolution,
             transaction_mode=transaction_mode,
@@ -431,8 +433,10 @@ class SqlSink(
         return f"{self.backend_name} {self.settings.describe()} table {self.options.table}"
 
     def partition_columns(self) -> tuple[str, ...]:
-        # All rows of a key in one task, so that "last wins" is decided in one place.
-        return self.options.key_columns if self.options.needs_staging else ()
+        # All rows of a key in one task, so that "last wins" is decided in one place;
+        # shuffle_by_key=False: the caller's batches have each key in one partition already.
+        options = self.options
+        return options.key_columns if options.needs_staging and options.shuffle_by_key else ()
 
     @property
     def two_phase(self) -> bool:
@@ -527,6 +531,21 @@ class SqlSink(
         """The table's decimal and integer columns, with precision and scale, for the
         rule that a number is written only if its column holds it exactly."""
         return {}
+
+    def lock_timed_out(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the database's lock wait timeout."""
+        return False
+
+    def _split_key_hint(self, exc: Exception) -> str:
+        """What a lock timeout most likely means when the batch was not shuffled by key."""
+        if self.options.shuffle_by_key or not self.lock_timed_out(exc):
+            return ""
+        return (
+            " (shuffle_by_key=False: a key in two partitions of one batch makes one task "
+            "wait for the other's row lock; in two_phase mode the other commits only after "
+            "every task is prepared, so the wait ends at lock_timeout_seconds; leave "
+            "shuffle_by_key at True unless each key is in one partition)"
+        )
 
     def keys_unique(self, txn: SqlTransaction) -> bool:
         """Whether no key occurs twice among the rows of an upsert task without deletes;
@@ -920,7 +939,7 @@ class SqlSink(
             except SinkError:
                 raise
             except Exception as exc:
-                raise self._error(exc, "pre-commit failed") from exc
+                raise self._error(exc, "pre-commit failed" + self._split_key_hint(exc)) from exc
         if txn.skip:
             self.abort(txn)  # nothing was written; end the empty transaction
             return Committable.for_task(txn.ctx, SqlPayload(rows=0))  # no branch: the marker

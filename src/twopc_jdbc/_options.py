@@ -375,6 +375,9 @@ class SqlOptions:
     key_columns: tuple[str, ...] = ()
     order_column: str | None = None
     delete_column: str | None = None
+    shuffle_by_key: bool = True
+    """Shuffle the batch by ``key_columns`` before phase 1, so all rows of a key meet in one
+    task. ``False``: the caller promises each key is in one partition of a batch already."""
     create_table: bool = False
     schema_evolution: str = "none"
     """``add_columns``: add the data's new columns to the table as nullable columns."""
@@ -405,10 +408,10 @@ class SqlOptions:
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
                 raise self._error(name, f"must be one of {', '.join(allowed)}, not {value!r}")
-        if not isinstance(self.create_table, bool):
-            raise self._error(
-                "create_table", f"must be True or False, not {_kind(self.create_table)}"
-            )
+        for name in ("create_table", "shuffle_by_key"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise self._error(name, f"must be True or False, not {_kind(value)}")
 
     def _check_columns(self) -> None:
         for name in ("order_column", "delete_column"):
@@ -442,6 +445,12 @@ class SqlOptions:
                 "does nothing with mode='append': it only picks one row among rows with the "
                 "same key, for mode='upsert' or a delete_column; use mode='upsert' with "
                 "key_columns, or leave order_column out",
+            )
+        if not self.needs_staging and not self.shuffle_by_key:
+            raise self._error(
+                "shuffle_by_key",
+                "does nothing with mode='append': only upserts and a delete_column shuffle "
+                "the batch by key; leave shuffle_by_key out",
             )
         if self.order_column in keys:
             raise self._error(

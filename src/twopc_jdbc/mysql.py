@@ -266,6 +266,9 @@ class MySQLSink(SqlSink):
             return TransientSinkError
         return PermanentSinkError
 
+    def lock_timed_out(self, exc: Exception) -> bool:
+        return _code(exc) == 1205  # ER_LOCK_WAIT_TIMEOUT
+
     def _flavor(self, conn: Any) -> str:
         with conn.cursor() as cursor:
             cursor.execute("SELECT VERSION()")

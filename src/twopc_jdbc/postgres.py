@@ -214,6 +214,9 @@ class PostgresSink(SqlSink):
         order_column: among duplicate keys of one partition, the row with the largest
             value wins; input order breaks ties.
         delete_column: a boolean column; rows where it is true delete their key instead.
+        shuffle_by_key: shuffle each batch by ``key_columns`` before phase 1 (default), so
+            every key's rows meet in one task. ``False`` skips the shuffle where each key is
+            in one partition of a batch already (unique keys, or grouped by them).
         create_table: create the table from the data's schema if it does not exist.
         schema_evolution: ``none`` (the data's columns must exist) or ``add_columns``:
             add the data's new columns as nullable columns, in the task's transaction in
@@ -277,6 +280,9 @@ class PostgresSink(SqlSink):
         if isinstance(exc, psycopg.InterfaceError):
             return TransientSinkError
         return PermanentSinkError
+
+    def lock_timed_out(self, exc: Exception) -> bool:
+        return isinstance(exc, pgerrors.LockNotAvailable)
 
     # -- identifiers ----------------------------------------------------------------------
 

@@ -38,6 +38,14 @@ _EXTENDED = [pytest.mark.extended]  # CI keeps one crash per database; --extende
         pytest.param(
             "postgres", "transaction", "after_pre_commit:kill@batch=2,partition=1", marks=_EXTENDED
         ),
+        # shuffle_by_key=False: the counts are grouped by word already, no shuffle by key
+        ("postgres", "two_phase", "after_pre_commit:kill@batch=2,partition=1,no-shuffle"),
+        pytest.param(
+            "mysql",
+            "transaction",
+            "after_task_commit:kill@batch=2,partition=1,no-shuffle",
+            marks=_EXTENDED,
+        ),
         pytest.param("postgres", "transaction", "after_commit:kill@batch=2", marks=_EXTENDED),
     ],
 )
@@ -52,6 +60,7 @@ def test_word_count_is_exactly_once_through_a_crash(
     source.mkdir()
     for index, text in enumerate(TEXTS):
         (source / f"part-{index:03d}.txt").write_text(text + "\n")
+    crash, no_shuffle, _ = crash.partition(",no-shuffle")
     args = [
         "examples/wordcount_mysql.py",
         str(source),
@@ -63,6 +72,7 @@ def test_word_count_is_exactly_once_through_a_crash(
         table,
         "--transaction-mode",
         mode,
+        *(["--no-shuffle-by-key"] if no_shuffle else []),
     ]
     try:
         first = run_process(args, faults=crash)

@@ -73,6 +73,10 @@ def refused(kind: type[Any], dsn: str, **options: Any) -> str:
             "read_timeout_seconds must be a finite number of seconds up to 1000000000, not inf",
         ),
         ({"create_table": "false"}, "create_table must be True or False, not 'false' (str)"),
+        (
+            {"mode": "upsert", "key_columns": "id", "shuffle_by_key": 0},
+            "shuffle_by_key must be True or False, not 0 (int)",
+        ),
         ({"mode": "Upsert"}, "mode must be one of append, upsert, not 'Upsert'"),
         (
             {"transaction_mode": ["two_phase"]},
@@ -164,6 +168,11 @@ NOTHING = [
         "marker_table is the target table orders itself; name another table",
     ),
     ({"mode": "upsert"}, "mode 'upsert' needs key_columns: the columns that identify a row"),
+    (
+        {"shuffle_by_key": False},
+        "shuffle_by_key does nothing with mode='append': only upserts and a delete_column "
+        "shuffle the batch by key; leave shuffle_by_key out",
+    ),
     ({"delete_column": "gone"}, "delete_column needs key_columns to find the rows to delete"),
 ]
 
@@ -198,3 +207,22 @@ def test_meaningful_combinations_pass(
         [options["key_columns"]] if isinstance(options.get("key_columns"), str)
         else options.get("key_columns", ())
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(("backend", "kind", "dsn"), SINKS)
+@pytest.mark.parametrize(
+    ("options", "columns"),
+    [
+        ({"mode": "upsert", "key_columns": ["k1", "k2"]}, ("k1", "k2")),
+        ({"mode": "upsert", "key_columns": ["k1", "k2"], "shuffle_by_key": False}, ()),
+        ({"key_columns": "k", "delete_column": "gone"}, ("k",)),
+        ({"key_columns": "k", "delete_column": "gone", "shuffle_by_key": False}, ()),
+        ({}, ()),
+    ],
+)
+def test_shuffle_by_key_decides_the_partition_columns(
+    backend: str, kind: type[Any], dsn: str, options: dict[str, Any], columns: tuple[str, ...]
+) -> None:
+    """The engines shuffle a batch by the sink's partition columns before phase 1;
+    ``shuffle_by_key=False`` names none, so the batch keeps its partitions."""
+    assert kind(dsn, table="t", **options).partition_columns() == columns
