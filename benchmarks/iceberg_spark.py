@@ -124,6 +124,20 @@ def run_spark(spark: Any, source: Path, work: Path, table: str, partitions: int)
     return time.perf_counter() - started
 
 
+def run_foreach_batch(
+    spark: Any, source: Path, work: Path, name: str, partitions: int, *, write: Any
+) -> None:
+    """The micro-batches through ``write`` in ``foreachBatch``, until the input is read."""
+    query = (
+        stream(spark, source, partitions)
+        .writeStream.option("checkpointLocation", str(work / f"chk-{name}"))
+        .foreachBatch(write)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
 def run_twopc(
     spark: Any,
     source: Path,
@@ -149,14 +163,7 @@ def run_twopc(
         sink, sink_id=table.replace("_", "-"), background_commit=background_commit
     )
     started = time.perf_counter()
-    query = (
-        stream(spark, source, partitions)
-        .writeStream.option("checkpointLocation", str(work / f"chk-{table}"))
-        .foreachBatch(writer)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_foreach_batch(spark, source, work, table, partitions, write=writer)
     writer.close()  # with background_commit: waits for the last batch's commit (timed)
     return time.perf_counter() - started
 
@@ -170,14 +177,7 @@ def run_parquet_job(spark: Any, source: Path, work: Path, name: str, partitions:
         df.write.mode("append").parquet(target)
 
     started = time.perf_counter()
-    query = (
-        stream(spark, source, partitions)
-        .writeStream.option("checkpointLocation", str(work / f"chk-{name}"))
-        .foreachBatch(write)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_foreach_batch(spark, source, work, name, partitions, write=write)
     return time.perf_counter() - started
 
 

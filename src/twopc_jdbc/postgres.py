@@ -14,7 +14,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import psycopg
 import pyarrow as pa
@@ -936,16 +936,24 @@ class PostgresSink(SqlSink):
         ).format(target=self._ident(options.table), columns=columns, winners=winners, keep=keep)
         if options.mode != "upsert":
             return insert
-        updates = [c for c in txn.columns if c not in options.key_columns]
+        assignments = self._assignments(txn, "EXCLUDED")
         action: sql.Composable = sql.SQL("DO NOTHING")
-        if updates:
-            action = sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in updates
-                )
-            )
+        if assignments is not None:
+            action = sql.SQL("DO UPDATE SET {}").format(assignments)
         return sql.SQL("{} ON CONFLICT ({}) {}").format(
             insert, self._columns(options.key_columns), action
+        )
+
+    def _assignments(
+        self, txn: SqlTransaction, source: Literal["EXCLUDED", "w"]
+    ) -> sql.Composable | None:
+        """``c = <source>.c`` for every non-key column (``ON CONFLICT``'s ``EXCLUDED``,
+        ``MERGE``'s winners ``w``); ``None`` when every column is a key."""
+        updates = [c for c in txn.columns if c not in self.options.key_columns]
+        if not updates:
+            return None
+        return sql.SQL(", ").join(
+            sql.SQL("{c} = {s}.{c}").format(c=sql.Identifier(c), s=sql.SQL(source)) for c in updates
         )
 
     def _merges(self, txn: SqlTransaction) -> bool:
@@ -987,15 +995,11 @@ class PostgresSink(SqlSink):
         """``MERGE`` of the winners into the table: matched keys updated, the others
         inserted (the same rows ``ON CONFLICT`` leaves)."""
         options = self.options
-        updates = [c for c in txn.columns if c not in options.key_columns]
+        assignments = self._assignments(txn, "w")
         matched: sql.Composable = (
-            sql.SQL("UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{c} = w.{c}").format(c=sql.Identifier(c)) for c in updates
-                )
-            )
-            if updates
-            else sql.SQL("DO NOTHING")
+            sql.SQL("DO NOTHING")
+            if assignments is None
+            else sql.SQL("UPDATE SET {}").format(assignments)
         )
         return sql.SQL(
             "MERGE INTO {target} AS t USING ({winners}) AS w ON {match} "

@@ -135,10 +135,15 @@ def test_key_inserted_concurrently_falls_back_to_on_conflict(
         (7, "sink", 70),
         (8, "h", 80),
     ]
-    fallbacks = [r.getMessage() for r in caplog.records if "MERGE failed" in r.getMessage()]
+    fallbacks = _fallbacks(caplog)
     assert len(fallbacks) == 1 and "UniqueViolation" in fallbacks[0], fallbacks
     # a race is not remembered: the next task merges again
     assert isinstance(sink, PostgresSink) and sink._merge_refused is None
+
+
+def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The sink's log lines saying a MERGE failed and ON CONFLICT ran instead."""
+    return [r.getMessage() for r in caplog.records if "MERGE failed" in r.getMessage()]
 
 
 def _wait_for_lock_wait(db: PostgresDb, table: str, timeout: float = 30.0) -> None:
@@ -176,7 +181,7 @@ def test_view_refuses_merge_and_upserts_by_on_conflict(
     finally:
         db.execute(f"DROP VIEW IF EXISTS {view}")
     assert db.rows(base) == [(1, "a", 1), (2, "B", 2), (3, "c", 3)]
-    fallbacks = [r.getMessage() for r in caplog.records if "MERGE failed" in r.getMessage()]
+    fallbacks = _fallbacks(caplog)
     version = db.query("SHOW server_version_num")[0][0]
     if int(version) >= 160000:
         assert fallbacks == []
